@@ -1,0 +1,65 @@
+"""Worker process for :mod:`mxfp4_ablation.toolchain`: compiles a batch of targets offline.
+
+Runs with the env from ``toolchain.compile_env``. For each job it points FlyDSL's ISA dump at the job's
+folder, sends FlyDSL's stdout/stderr (C++ level too) into ``log.txt``, calls ``function(**params)`` to
+get ``(jit_launcher, args)`` and launches it (a compile-only launch), then writes ``status.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def _redirect_fds(path: Path):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def _run(job: dict) -> dict:
+    module_name, _, func_name = job["target"].partition(":")
+    start = time.perf_counter()
+    func = getattr(importlib.import_module(module_name), func_name)
+    launcher, args = func(**job["params"])
+    launcher(*args)
+    return {"ok": True, "seconds": time.perf_counter() - start}
+
+
+def main(jobs_file: str) -> int:
+    for job in json.loads(Path(jobs_file).read_text()):
+        job_dir = Path(job["dir"])
+        (job_dir / "dump").mkdir(parents=True, exist_ok=True)
+        os.environ["FLYDSL_DUMP_DIR"] = str(job_dir / "dump")
+        with _redirect_fds(job_dir / "log.txt"):
+            try:
+                status = _run(job)
+            except BaseException as err:  # reported to the parent as one line + the log
+                traceback.print_exc()
+                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                status = {"ok": False, "error": f"{type(err).__name__}: {first}"}
+        (job_dir / "status.json").write_text(json.dumps(status))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1]))

@@ -1,0 +1,174 @@
+"""The ``mxfp4-ablation`` command line.
+
+Every subcommand takes ``--json``. Errors the user can fix (unknown variant, bad shape, no linker,
+wrong device) print one line to stderr and exit 2; a failed correctness check exits 1.
+Subcommands from other modules register themselves through ``register(subparsers)``
+(see :data:`EXTENSIONS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+#: Modules that add subcommands; a missing one is skipped (it lands with its own feature).
+EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify")
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for; printed as one line, exit status 2."""
+
+
+def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        print(text if text is not None else _plain(data))
+
+
+def _plain(data: Any, indent: str = "") -> str:
+    if isinstance(data, dict):
+        lines = []
+        for key, value in data.items():
+            if isinstance(value, dict) and value:
+                lines.append(f"{indent}{key}:")
+                lines.append(_plain(value, indent + "  "))
+            else:
+                lines.append(f"{indent}{key}: {value}")
+        return "\n".join(lines)
+    return f"{indent}{data}"
+
+
+# -- doctor ------------------------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .. import modes, provenance, toolchain
+
+    mode, reason = modes.detect()
+    gpu = modes.visible_gpu()
+    versions = provenance.package_versions()
+    data = {
+        "flydsl": versions.get("flydsl"),
+        "torch": versions.get("torch"),
+        "torch_build": "rocm " + versions["torch_hip"] if versions.get("torch_hip")
+        else "cuda " + versions["torch_cuda"] if versions.get("torch_cuda") else "cpu",
+        "ld_lld": toolchain.describe(),
+        "gpu": {"name": gpu.name, "arch": gpu.arch, "backend": gpu.backend} if gpu else None,
+        "mode": mode,
+        "mode_reason": reason,
+    }
+    emit(args, data)
+    return 0 if data["ld_lld"]["ok"] else 2
+
+
+# -- variants / compile / isa -----------------------------------------------------------------
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    from .. import variants
+
+    rows = [
+        {"name": v.name, "family": v.family, "kind": v.kind, "predecessor": v.predecessor,
+         "switches": sorted(v.switches)}
+        for v in variants.all_variants().values()
+    ]
+    text = "\n".join(f"{r['name']:<28} {r['kind']:<14} vs {r['predecessor'] or '-':<14} "
+                     f"{'+'.join(r['switches']) or '(baseline)'}" for r in rows) or "no variants yet"
+    emit(args, rows, text)
+    return 0
+
+
+def _artifact(name: str, shape_text: str):
+    from .. import toolchain, variants
+
+    variant = variants.get(name)
+    params = variant.params(variants.parse_shape(shape_text))
+    return variant, toolchain.compile(variant.target, params)
+
+
+def _metrics(artifact) -> dict:
+    try:
+        from .. import isa
+    except ImportError:
+        return dict(artifact.resources)
+    return isa.metrics(artifact.isa)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    variant, art = _artifact(args.variant, args.shape)
+    data = {"variant": variant.name, "shape": args.shape, "kernel": art.kernel_name, "key": art.key,
+            "compile_seconds": art.compile_seconds, "cached": art.cached, "metrics": _metrics(art)}
+    if not args.json:
+        data["metrics"] = {k: v for k, v in data["metrics"].items() if not isinstance(v, dict)}
+    emit(args, data)
+    return 0
+
+
+def cmd_isa(args: argparse.Namespace) -> int:
+    variant, art = _artifact(args.variant, args.shape)
+    if args.vs is None:
+        if args.json:
+            emit(args, {"variant": variant.name, "metrics": _metrics(art), "isa": art.isa})
+        else:
+            print(art.isa)
+        return 0
+    from .. import isa
+
+    _, other = _artifact(args.vs, args.shape)
+    emit(args, isa.diff(isa.metrics(other.isa), isa.metrics(art.isa)),
+         None if args.json else isa.diff_table(isa.metrics(other.isa), isa.metrics(art.isa)).to_string())
+    return 0
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mxfp4-ablation", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, func, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=func)
+        return p
+
+    add("doctor", cmd_doctor, "toolchain, torch build, GPU, and which mode `make reproduce` will use")
+    add("variants", cmd_variants, "list kernel variants (ladders and leave-one-out sets)")
+    p = add("compile", cmd_compile, "compile a variant offline for gfx950 and print its ISA metrics")
+    p.add_argument("variant")
+    p.add_argument("--shape", required=True, help="M,N,K")
+    p = add("isa", cmd_isa, "print a variant's ISA, or its metric diff against another variant")
+    p.add_argument("variant")
+    p.add_argument("--shape", required=True, help="M,N,K")
+    p.add_argument("--vs", help="the variant to diff against")
+    for module_name in EXTENSIONS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name == module_name:
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..toolchain import ToolchainError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (UsageError, ValueError, ToolchainError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"mxfp4-ablation {args.command}: {first}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""Result files: never half-written, never overwriting an earlier run.
+
+* :func:`atomic_write_bytes` / :func:`atomic_write_text`: write a temp file beside the target, fsync,
+  then ``os.replace`` -- readers see the old file or the new one, never a torn one.
+* :func:`write_table`: a long-format parquet plus a ``.json`` provenance sidecar; every row also
+  carries the provenance columns (:data:`provenance.ROW_FIELDS`) and the harness settings as JSON.
+* :func:`run_dir`: a context manager yielding ``experiments/<run-id>.partial/``; on success it is
+  renamed to ``experiments/<run-id>/``; on an exception it is removed. Run ids are UTC time + git sha,
+  made unique, so no run ever lands on top of another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import paths
+from .provenance import git_state, row_columns, utc_now
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_table(df, path: str | Path, provenance: dict[str, Any]) -> Path:
+    """Write ``df`` to ``path`` (.parquet) with provenance columns, plus ``path.json`` (full provenance).
+
+    The parquet is written last, so a reader that finds it also finds its sidecar.
+    """
+    import pandas as pd
+
+    path = Path(path)
+    if path.suffix != ".parquet":
+        raise ValueError(f"result tables are parquet files; got {path.name!r}")
+    if not isinstance(df, pd.DataFrame):
+        raise ValueError("write_table expects a pandas DataFrame")
+    table = df.copy()
+    for column, value in row_columns(provenance).items():
+        table[column] = value
+    table["settings"] = json.dumps(provenance.get("settings", {}), sort_keys=True, default=str)
+    buffer = io.BytesIO()
+    table.to_parquet(buffer, index=False)
+    atomic_write_json(path.with_suffix(".json"), provenance)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def read_table(path: str | Path):
+    """Read a table written by :func:`write_table`; returns ``(DataFrame, provenance dict)``."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no result table at {path}")
+    sidecar = path.with_suffix(".json")
+    prov = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+    return pd.read_parquet(path), prov
+
+
+def new_run_id(name: str = "") -> str:
+    """``<UTC yyyymmddThhmmssZ>-<sha7>[-dirty][-name]``."""
+    state = git_state()
+    sha = (state["git_sha"] or "nogit")[:7] + ("-dirty" if state["git_dirty"] else "")
+    stamp = utc_now().replace("-", "").replace(":", "")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
+    return "-".join(part for part in (stamp, sha, slug) if part)
+
+
+class Run:
+    """A run folder being written. Use it like a path (``run / "x.parquet"``, ``os.fspath(run)``).
+
+    ``path`` is the partial folder while the run is going; ``final`` is set when it is published.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.final: Path | None = None
+
+    def __truediv__(self, other: str) -> Path:
+        return self.path / other
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"Run(path={self.path!s}, final={self.final!s})"
+
+
+@contextlib.contextmanager
+def run_dir(name: str = "", root: str | Path | None = None) -> Iterator[Run]:
+    """Yield a fresh partial run folder; publish it as ``<root>/<run-id>/`` only on success."""
+    root = Path(root) if root is not None else paths.experiments_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    base = new_run_id(name)
+    run = Run(Path(tempfile.mkdtemp(dir=root, prefix=f"{base}.", suffix=".partial")))
+    try:
+        yield run
+    except BaseException:
+        shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    final, n = root / base, 1
+    while final.exists():
+        n += 1
+        final = root / f"{base}.{n}"
+    os.rename(run.path, final)
+    run.path = run.final = final
+
+
+def latest_run(name: str = "", root: str | Path | None = None) -> Path | None:
+    """The most recent published run folder whose id ends with ``name`` (None if none)."""
+    root = Path(root) if root is not None else paths.experiments_dir()
+    if not root.is_dir():
+        return None
+    runs = sorted(p for p in root.iterdir() if p.is_dir() and re.match(r"\d{8}T\d{6}Z-", p.name)
+                  and (not name or p.name.split(".")[0].endswith(name)))
+    return runs[-1] if runs else None

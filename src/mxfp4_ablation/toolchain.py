@@ -1,0 +1,387 @@
+"""Offline gfx950 compiles of FlyDSL kernels, with no GPU, and a content-addressed cache.
+
+FlyDSL compiles for a GPU it cannot see when ``COMPILE_ONLY=1 ARCH=gfx950``; its last step links the
+code object with ``ld.lld`` found at ``$ROCM_PATH/llvm/bin/ld.lld``, and ``FLYDSL_DEBUG_DUMP_ASM=1``
+writes the final ISA (``.s``). This module
+
+* finds a linker (a ROCm install, ``ld.lld``/``ld.lld-NN`` on PATH, or PyPI ``ziglang``'s
+  ``python -m ziglang ld.lld``), staged into a project-local toolkit root used only for compiles;
+* compiles a *target* -- ``"package.module:function"``, where ``function(**params)`` returns
+  ``(jit_launcher, args)`` -- in a worker process (FlyDSL's console noise and env stay there), and
+* caches the resulting :class:`Artifact` on disk under a key of kernel source, parameters, FlyDSL
+  version and arch, so an unchanged kernel is never compiled twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from . import paths
+
+#: Bumped when the artifact format or the compile recipe changes (invalidates the cache).
+TOOLCHAIN_VERSION = 1
+DEFAULT_ARCH = "gfx950"
+
+_INSTALL_HINT = (
+    "no ld.lld found for offline gfx950 compiles. Provide one of: (1) a ROCm install "
+    "(set ROCM_PATH so $ROCM_PATH/llvm/bin/ld.lld exists), (2) an ld.lld on PATH "
+    "(e.g. Debian: apt-get install lld-19), or (3) PyPI ziglang in this environment "
+    "(pip install ziglang; `make setup` does this)."
+)
+
+
+class ToolchainError(RuntimeError):
+    """A compile could not run or failed; the message says why in one sentence plus a log tail."""
+
+
+# --------------------------------------------------------------------------------------------
+# Linker discovery and the staged toolkit root
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Linker:
+    """Where ``ld.lld`` comes from. ``kind`` is ``rocm``, ``path`` or ``ziglang``."""
+
+    kind: str
+    command: tuple[str, ...]
+    detail: str
+
+
+def _rocm_roots() -> list[Path]:
+    roots = [os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH"), "/opt/rocm"]
+    return [Path(r) for r in roots if r]
+
+
+def find_linker() -> Linker:
+    """The first usable ``ld.lld``, in the documented order; raises :class:`ToolchainError`."""
+    for root in _rocm_roots():
+        lld = root / "llvm" / "bin" / "ld.lld"
+        if lld.is_file() and os.access(lld, os.X_OK) and paths.cache_dir() not in lld.parents:
+            return Linker("rocm", (str(lld),), f"ROCm install at {root}")
+    plain = shutil.which("ld.lld")
+    if plain:
+        return Linker("path", (plain,), plain)
+    versioned = []
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        try:
+            for entry in Path(folder).glob("ld.lld-*"):
+                match = re.fullmatch(r"ld\.lld-(\d+)", entry.name)
+                if match and os.access(entry, os.X_OK):
+                    versioned.append((int(match.group(1)), str(entry)))
+        except OSError:
+            continue
+    if versioned:
+        _, best = max(versioned)
+        return Linker("path", (best,), best)
+    if importlib.util.find_spec("ziglang") is not None:
+        return Linker("ziglang", (sys.executable, "-m", "ziglang", "ld.lld"), f"ziglang in {sys.prefix}")
+    raise ToolchainError(_INSTALL_HINT)
+
+
+def toolkit_root() -> Path:
+    """A folder with ``llvm/bin/ld.lld`` that FlyDSL can use as ``ROCM_PATH`` for compiles.
+
+    A real ROCm install is used as it is. Otherwise a small wrapper script is staged under the
+    project cache (rewritten only when the linker changes), so nothing outside the project moves.
+    """
+    linker = find_linker()
+    if linker.kind == "rocm":
+        return Path(linker.command[0]).parents[2]
+    root = paths.cache_dir() / "toolkit"
+    target = root / "llvm" / "bin" / "ld.lld"
+    script = "#!/bin/sh\nexec " + " ".join(_shell_quote(c) for c in linker.command) + ' "$@"\n'
+    if not target.is_file() or target.read_text() != script:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".ld.lld.{os.getpid()}.tmp")
+        tmp.write_text(script)
+        tmp.chmod(0o755)
+        os.replace(tmp, target)
+    return root
+
+
+def _shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def compile_env(dump_dir: Path | None = None, arch: str = DEFAULT_ARCH) -> dict[str, str]:
+    """Environment for an offline FlyDSL compile (FlyDSL's own cache off: ours is the cache)."""
+    env = dict(os.environ)
+    env.update(
+        COMPILE_ONLY="1",
+        ARCH=arch,
+        ROCM_PATH=str(toolkit_root()),
+        FLYDSL_DEBUG_DUMP_ASM="1",
+        FLYDSL_RUNTIME_ENABLE_CACHE="0",
+        PYTHONUNBUFFERED="1",
+    )
+    if dump_dir is not None:
+        env["FLYDSL_DUMP_DIR"] = str(dump_dir)
+    src = str(paths.REPO_ROOT / "src")
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# Artifacts
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Artifact:
+    """One compiled launch: the gfx950 ISA of its kernel(s) and what it cost to make.
+
+    ``isa`` is the main kernel's ``.s`` text (the first kernel FlyDSL emitted); ``kernels`` maps every
+    emitted kernel name to its text; ``resources`` is read from the kernel descriptor and metadata
+    (see :func:`resources_from_isa`); ``log`` is everything FlyDSL printed while compiling.
+    """
+
+    target: str
+    params: dict[str, Any]
+    arch: str
+    key: str
+    isa: str
+    kernels: dict[str, str]
+    resources: dict[str, Any]
+    compile_seconds: float
+    flydsl_version: str
+    log: str = ""
+    cached: bool = False
+
+    @property
+    def kernel_name(self) -> str:
+        return next(iter(self.kernels))
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("cached")
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], cached: bool = False) -> "Artifact":
+        return cls(**data, cached=cached)
+
+
+_DESCRIPTOR_FIELDS = {
+    "amdhsa_next_free_vgpr": "vgpr_unified",
+    "amdhsa_accum_offset": "accum_offset",
+    "amdhsa_next_free_sgpr": "next_free_sgpr",
+    "amdhsa_group_segment_fixed_size": "lds_bytes",
+    "amdhsa_private_segment_fixed_size": "scratch_bytes",
+    "amdhsa_kernarg_size": "kernarg_bytes",
+}
+
+
+def resources_from_isa(isa: str) -> dict[str, Any]:
+    """Register, LDS, scratch and kernarg usage of the first kernel in ``isa``.
+
+    ``vgpr_unified`` is ``.amdhsa_next_free_vgpr`` (on gfx90a+ it counts arch VGPRs, padded to
+    ``accum_offset``, plus AGPRs: LLVM AMDGPUUsage, "Code Object V3+ kernel descriptor");
+    ``arch_vgpr``/``agpr`` come from the ``.set .L<kernel>.num_vgpr/num_agpr`` symbols and ``sgpr``
+    from the metadata's ``.sgpr_count`` (which includes VCC and other reserved SGPRs).
+    """
+    res: dict[str, Any] = {}
+    for directive, name in _DESCRIPTOR_FIELDS.items():
+        match = re.search(rf"^\s*\.{directive}\s+(\d+)", isa, re.M)
+        if match:
+            res[name] = int(match.group(1))
+    for symbol, name in (("num_vgpr", "arch_vgpr"), ("num_agpr", "agpr")):
+        match = re.search(rf"^\s*\.set\s+\.L[\w.$]+\.{symbol},\s*(\d+)", isa, re.M)
+        if match:
+            res[name] = int(match.group(1))
+    match = re.search(r"^\s*\.sgpr_count:\s*(\d+)", isa, re.M)
+    if match:
+        res["sgpr"] = int(match.group(1))
+    return res
+
+
+# --------------------------------------------------------------------------------------------
+# Cache keys
+# --------------------------------------------------------------------------------------------
+
+
+def _module_file(target: str) -> Path:
+    module, sep, func = target.partition(":")
+    if not sep or not module or not func:
+        raise ValueError(f"compile target {target!r} must look like 'package.module:function'")
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ValueError(f"compile target {target!r}: module {module!r} not found")
+    return Path(spec.origin)
+
+
+def _source_digest(target: str) -> str:
+    """Hash of the target's module and every module of our kernels package (shared helpers)."""
+    files = {_module_file(target)}
+    kernels = paths.REPO_ROOT / "src" / "mxfp4_ablation" / "kernels"
+    if kernels.is_dir():
+        files.update(kernels.rglob("*.py"))
+    digest = hashlib.sha256()
+    for file in sorted(files):
+        digest.update(str(file.name).encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def flydsl_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("flydsl")
+    except Exception:  # not installed: compiles will fail with a clear message later
+        return "missing"
+
+
+def cache_key(target: str, params: dict[str, Any], arch: str = DEFAULT_ARCH) -> str:
+    payload = json.dumps(
+        {
+            "toolchain": TOOLCHAIN_VERSION,
+            "target": target,
+            "params": params,
+            "arch": arch,
+            "flydsl": flydsl_version(),
+            "source": _source_digest(target),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _cache_path(key: str) -> Path:
+    return paths.cache_dir() / "compile" / key[:2] / f"{key}.json"
+
+
+def _load_cached(key: str) -> Artifact | None:
+    path = _cache_path(key)
+    try:
+        return Artifact.from_json(json.loads(path.read_text()), cached=True)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _store(artifact: Artifact) -> None:
+    path = _cache_path(artifact.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(artifact.to_json(), handle)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Compiling
+# --------------------------------------------------------------------------------------------
+
+
+def compile(  # noqa: A001 - the natural name for this module's verb
+    target: str, params: dict[str, Any] | None = None, *, arch: str = DEFAULT_ARCH, use_cache: bool = True
+) -> Artifact:
+    """Compile one target offline for ``arch`` and return its :class:`Artifact` (cached)."""
+    return compile_many([(target, params or {})], arch=arch, use_cache=use_cache)[0]
+
+
+def compile_many(
+    requests: Iterable[tuple[str, dict[str, Any]]], *, arch: str = DEFAULT_ARCH, use_cache: bool = True
+) -> list[Artifact]:
+    """Compile several targets; the cache misses share one worker process (FlyDSL imports once)."""
+    requests = [(t, dict(p)) for t, p in requests]
+    keys = [cache_key(t, p, arch) for t, p in requests]
+    results: list[Artifact | None] = [(_load_cached(k) if use_cache else None) for k in keys]
+    todo = [i for i, r in enumerate(results) if r is None]
+    if todo:
+        for i, artifact in zip(todo, _run_worker([(requests[i], keys[i]) for i in todo], arch)):
+            _store(artifact)
+            results[i] = artifact
+    return results  # type: ignore[return-value]
+
+
+def _run_worker(jobs: list[tuple[tuple[str, dict[str, Any]], str]], arch: str) -> list[Artifact]:
+    with tempfile.TemporaryDirectory(prefix="mxfp4-compile-") as tmp:
+        tmpdir = Path(tmp)
+        spec = [{"target": t, "params": p, "key": k, "dir": str(tmpdir / f"job{n}")}
+                for n, ((t, p), k) in enumerate(jobs)]
+        (tmpdir / "jobs.json").write_text(json.dumps(spec, default=str))
+        proc = subprocess.run(
+            [sys.executable, "-m", "mxfp4_ablation._compile_worker", str(tmpdir / "jobs.json")],
+            env=compile_env(arch=arch),
+            capture_output=True,
+            text=True,
+        )
+        artifacts = []
+        for job in spec:
+            job_dir = Path(job["dir"])
+            log = _read(job_dir / "log.txt")
+            status = _read(job_dir / "status.json")
+            if not status:
+                tail = (proc.stderr or proc.stdout)[-2000:]
+                raise ToolchainError(f"compile worker died before finishing {job['target']}:\n{tail}")
+            info = json.loads(status)
+            if not info["ok"]:
+                raise ToolchainError(
+                    f"compiling {job['target']} with {job['params']} failed: {info['error']}\n"
+                    f"--- FlyDSL log (tail) ---\n{log[-3000:]}"
+                )
+            kernels = {}
+            for isa_file in sorted((job_dir / "dump").glob("*/*final_isa.s")):
+                kernels[isa_file.parent.name.rsplit("_", 1)[0]] = isa_file.read_text()
+            if not kernels:
+                raise ToolchainError(f"compiling {job['target']} produced no ISA (did it launch a kernel?)\n{log[-2000:]}")
+            isa = next(iter(kernels.values()))
+            artifacts.append(
+                Artifact(
+                    target=job["target"],
+                    params=job["params"],
+                    arch=arch,
+                    key=job["key"],
+                    isa=isa,
+                    kernels=kernels,
+                    resources=resources_from_isa(isa),
+                    compile_seconds=round(info["seconds"], 3),
+                    flydsl_version=flydsl_version(),
+                    log=log,
+                )
+            )
+        return artifacts
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def describe() -> dict[str, Any]:
+    """What ``doctor`` prints about the compile toolchain."""
+    try:
+        linker = find_linker()
+        return {"linker": linker.kind, "linker_detail": linker.detail, "flydsl": flydsl_version(), "ok": True}
+    except ToolchainError as err:
+        return {"linker": None, "linker_detail": str(err), "flydsl": flydsl_version(), "ok": False}
+
+
+__all__ = [
+    "Artifact",
+    "Linker",
+    "ToolchainError",
+    "cache_key",
+    "compile",
+    "compile_env",
+    "compile_many",
+    "describe",
+    "find_linker",
+    "resources_from_isa",
+    "toolkit_root",
+]

@@ -1,0 +1,57 @@
+"""The command line: one-line errors with exit 2, JSON output, doctor's facts."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mxfp4_ablation import cli, modes
+
+
+def run_cli(*args):
+    proc = subprocess.run([sys.executable, "-m", "mxfp4_ablation.cli", *args], capture_output=True, text=True)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_doctor_json_reports_linker_and_mode():
+    rc, out, err = run_cli("doctor", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["flydsl"] == "0.5.0"
+    assert data["ld_lld"]["ok"] and data["ld_lld"]["linker"] in ("rocm", "path", "ziglang")
+    assert data["mode"] in modes.MODES and data["mode_reason"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("compile", "no-such-variant", "--shape", "256,256,256"), "unknown variant 'no-such-variant'"),
+    (("isa", "no-such-variant", "--shape", "256,256,x"), "unknown variant"),
+])
+def test_user_errors_are_one_line_exit_2(args, needle):
+    rc, out, err = run_cli(*args)
+    assert rc == 2
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_parse_shape_errors():
+    from mxfp4_ablation.variants import parse_shape
+
+    assert parse_shape("512,256,1024") == (512, 256, 1024)
+    with pytest.raises(ValueError, match="comma-separated integers"):
+        parse_shape("512x512")
+    with pytest.raises(ValueError, match="positive"):
+        parse_shape("0,1,2")
+
+
+def test_mode_override(monkeypatch):
+    monkeypatch.setenv("MODE", "static")
+    assert modes.detect()[0] == "static"
+    monkeypatch.setenv("MODE", "fast")
+    with pytest.raises(ValueError, match="not one of"):
+        modes.detect()
+
+
+def test_main_returns_2_on_bad_mode(monkeypatch, capsys):
+    monkeypatch.setenv("MODE", "bogus")
+    assert cli.main(["doctor"]) == 2
+    assert "MODE='bogus'" in capsys.readouterr().err

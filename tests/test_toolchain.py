@@ -1,0 +1,112 @@
+"""Offline compiles: linker discovery, the artifact, the cache, and clear errors."""
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from mxfp4_ablation import toolchain
+
+PROBE = "mxfp4_ablation.kernels.probe:compile_entry"
+
+
+@pytest.fixture(scope="module")
+def probe_artifact():
+    return toolchain.compile(PROBE, {"rows": 64})
+
+
+def test_probe_compiles_to_gfx950_isa(probe_artifact):
+    art = probe_artifact
+    assert '.amdgcn_target "amdgcn-amd-amdhsa--gfx950"' in art.isa or "gfx950" in art.isa.splitlines()[0]
+    assert art.kernel_name == "double_kernel"
+    # the kernel doubles with packed f32 adds and does one 16-byte load and store per lane
+    assert "v_pk_add_f32" in art.isa
+    assert "global_load_dwordx4" in art.isa and "global_store_dwordx4" in art.isa
+    res = art.resources
+    assert res["lds_bytes"] == 0 and res["scratch_bytes"] == 0
+    assert res["agpr"] == 0 and 0 < res["arch_vgpr"] <= res["vgpr_unified"] <= 16
+    assert res["kernarg_bytes"] > 0 and res["sgpr"] > 0
+
+
+def test_cache_hit_returns_identical_isa(probe_artifact):
+    again = toolchain.compile(PROBE, {"rows": 64})
+    assert again.cached and again.key == probe_artifact.key and again.isa == probe_artifact.isa
+
+
+def test_key_depends_on_params_and_arch():
+    k1 = toolchain.cache_key(PROBE, {"rows": 64})
+    assert k1 == toolchain.cache_key(PROBE, {"rows": 64})
+    assert k1 != toolchain.cache_key(PROBE, {"rows": 128})
+    assert k1 != toolchain.cache_key(PROBE, {"rows": 64}, arch="gfx942")
+
+
+def test_flydsl_noise_is_captured_not_printed(capfd, tmp_path, monkeypatch):
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path))
+    art = toolchain.compile(PROBE, {"rows": 8})
+    out, err = capfd.readouterr()
+    assert "[flydsl.compile]" not in out + err
+    assert "[flydsl.compile]" in art.log
+    assert art.compile_seconds > 0 and not art.cached
+
+
+def test_bad_params_give_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path))
+    with pytest.raises(toolchain.ToolchainError, match="multiple of 4"):
+        toolchain.compile(PROBE, {"rows": 6})
+
+
+def test_bad_target_is_a_value_error():
+    with pytest.raises(ValueError, match="package.module:function"):
+        toolchain.compile("no_colon_here", {})
+    with pytest.raises(ValueError, match="not found"):
+        toolchain.compile("mxfp4_ablation.kernels.nonexistent:f", {})
+
+
+def test_linker_order_prefers_rocm_then_path(tmp_path, monkeypatch):
+    rocm = tmp_path / "rocm"
+    lld = rocm / "llvm" / "bin" / "ld.lld"
+    lld.parent.mkdir(parents=True)
+    lld.write_text("#!/bin/sh\n")
+    lld.chmod(lld.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("ROCM_PATH", str(rocm))
+    assert toolchain.find_linker().kind == "rocm"
+    assert toolchain.toolkit_root() == rocm
+    monkeypatch.delenv("ROCM_PATH")
+    monkeypatch.delenv("HIP_PATH", raising=False)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for version in (17, 19):
+        exe = bindir / f"ld.lld-{version}"
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))
+    if Path("/opt/rocm/llvm/bin/ld.lld").exists():
+        pytest.skip("a system ROCm install takes precedence on this machine")
+    found = toolchain.find_linker()
+    assert found.kind == "path" and found.command[0].endswith("ld.lld-19")
+
+
+def test_no_linker_names_all_three_ways(monkeypatch):
+    if Path("/opt/rocm/llvm/bin/ld.lld").exists():
+        pytest.skip("a system ROCm install is present")
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    monkeypatch.delenv("HIP_PATH", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(toolchain.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(toolchain.ToolchainError) as info:
+        toolchain.find_linker()
+    message = str(info.value)
+    assert "ROCM_PATH" in message and "lld-19" in message and "ziglang" in message
+
+
+def test_staged_wrapper_runs_the_linker(tmp_path, monkeypatch):
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path))
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    root = toolchain.toolkit_root()
+    wrapper = root / "llvm" / "bin" / "ld.lld"
+    assert os.access(wrapper, os.X_OK)
+    import subprocess
+
+    out = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "LLD" in out.stdout
