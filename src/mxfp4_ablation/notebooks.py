@@ -50,7 +50,7 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
                 print(f"[{name}] mode={mode} ({reason}) -> {rd.path.name}", flush=True)
                 papermill.execute_notebook(
                     str(src_ipynb), str(executed), parameters=params,
-                    kernel_name=kernel_name, cwd=str(paths.REPO_ROOT), progress_bar=False,
+                    kernel_name=kernel_name, language="python", cwd=str(paths.REPO_ROOT), progress_bar=False,
                 )
                 shutil.copy(executed, rd / executed.name)
         except BaseException:

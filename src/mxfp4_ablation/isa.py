@@ -1,0 +1,838 @@
+"""Study-side analysis of the gfx950 assembly (``.s``) that FlyDSL/LLVM emits for a kernel.
+
+The questions an ablation asks of a kernel's ISA are simple -- how many registers, how much LDS,
+how many MFMAs and waits in the hot loop, what the stores look like -- but each needs the ``.s``
+text taken apart the same way every time. This module does that, for the AMDGPU assembly LLVM
+prints (``FLYDSL_DEBUG_DUMP_ASM=1`` -> ``22_final_isa.s``), with no AMDGPU tools installed.
+
+* :func:`parse` splits the text into :class:`Kernel` objects: each kernel's instruction stream
+  (labels, directives and comments dropped; inline-asm lines between ``;;#ASMSTART`` and
+  ``;;#ASMEND`` kept and flagged), its branch-target labels, its ``.amdhsa_*`` kernel descriptor,
+  its ``.set .L<kernel>.<field>`` resource symbols and its entry of the ``amdgpu_metadata`` YAML.
+* :func:`metrics` reduces one kernel to a flat, JSON-friendly dict (defined key by key there).
+* :func:`diff` / :func:`diff_table` compare two such dicts, e.g. a kernel with and without one
+  optimisation.
+* :func:`hot_loop` returns the instructions of the kernel's hottest loop.
+
+The occupancy model is documented on :func:`occupancy`; its constants are cited there. This parser
+is for studying kernels; the emulator has its own, stricter one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Iterable
+
+__all__ = [
+    "Instruction",
+    "Kernel",
+    "Loop",
+    "parse",
+    "metrics",
+    "occupancy",
+    "hot_loop",
+    "loop_histogram",
+    "loops",
+    "mfma_operand_reuse",
+    "diff",
+    "diff_table",
+    "unified_vgprs",
+    "METRIC_KEYS",
+    "SCALAR_KEYS",
+]
+
+# --------------------------------------------------------------------------------------------
+# gfx950 constants used by the occupancy model (see `occupancy` for the sources).
+# --------------------------------------------------------------------------------------------
+
+#: Unified (arch + accumulation) VGPRs per SIMD lane on gfx90a/gfx942/gfx950.
+VGPRS_PER_SIMD = 512
+#: VGPR allocation granule (registers) in unified-register-file mode.
+VGPR_ALLOC_GRANULE = 8
+#: Arch VGPRs are padded to this multiple before the AGPRs start (``.amdhsa_accum_offset``).
+ACCUM_OFFSET_GRANULE = 4
+#: Hardware wave slots per SIMD on gfx90a/gfx942/gfx950.
+MAX_WAVES_PER_SIMD = 8
+SIMDS_PER_CU = 4
+WAVE_SIZE = 64
+#: LDS per CU on gfx950 (160 KiB) and its allocation block (320 dwords).
+LDS_BYTES_PER_CU = 160 * 1024
+LDS_ALLOC_GRANULE = 320 * 4
+
+#: The keys of :func:`metrics`, in order.
+METRIC_KEYS = (
+    "vgpr_unified",
+    "arch_vgpr",
+    "agpr",
+    "sgpr",
+    "lds_bytes",
+    "scratch_bytes",
+    "occupancy_waves_per_simd",
+    "instructions",
+    "mfma",
+    "s_waitcnt",
+    "s_barrier",
+    "loop_instructions",
+    "loop_mfma",
+    "loop_s_waitcnt",
+    "insts_before_first_buffer_load",
+    "buffer_store_by_width",
+    "v_accvgpr_write",
+    "v_accvgpr_read",
+    "distinct_opcodes",
+    "opcode_histogram",
+)
+#: The keys of :func:`metrics` whose values are single numbers (or None).
+SCALAR_KEYS = tuple(k for k in METRIC_KEYS if k not in ("buffer_store_by_width", "opcode_histogram"))
+
+
+# --------------------------------------------------------------------------------------------
+# Data model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    """One machine instruction as written in the ``.s`` file.
+
+    ``operands`` are the comma-separated operands (``v[0:3]``, ``s[4:7]``, ``0x10``...);
+    ``modifiers`` are the space-separated words after the last operand (``offen``,
+    ``offset:16``, ``cbsz:4``, ``op_sel:[0,1]``...). ``s_waitcnt`` counters (``vmcnt(0)
+    lgkmcnt(0)``) are its operands. ``line`` is 1-based in the parsed text; ``text`` is the
+    line without indentation or trailing comment; ``in_asm_block`` says it came from inline
+    assembly (between ``;;#ASMSTART`` and ``;;#ASMEND``), i.e. the compiler did not schedule it.
+    """
+
+    opcode: str
+    operands: tuple[str, ...]
+    modifiers: tuple[str, ...]
+    line: int
+    text: str
+    in_asm_block: bool = False
+
+    @property
+    def is_branch(self) -> bool:
+        """Whether this is a direct scalar branch (``s_branch`` or any ``s_cbranch_*``)."""
+        return self.opcode == "s_branch" or self.opcode.startswith("s_cbranch_")
+
+    @property
+    def branch_target(self) -> str | None:
+        """The label a direct branch jumps to, else None."""
+        if self.is_branch and self.operands:
+            return self.operands[0]
+        return None
+
+
+@dataclasses.dataclass
+class Kernel:
+    """One kernel function of a ``.s`` file.
+
+    ``labels`` maps each label inside the function to the index (into ``instructions``) of the
+    instruction that follows it. ``descriptor`` holds the ``.amdhsa_*`` directives without the
+    ``.amdhsa_`` prefix (``next_free_vgpr``, ``accum_offset``, ``group_segment_fixed_size``...).
+    ``symbols`` holds the ``.set .L<kernel>.<field>, value`` resource symbols by field
+    (``num_vgpr``, ``num_agpr``, ``numbered_sgpr``, ``private_seg_size``...). ``metadata`` is
+    this kernel's entry of ``amdhsa.kernels`` in the ``amdgpu_metadata`` YAML, keys as written
+    (``.sgpr_count``, ``.max_flat_workgroup_size``...). Values that are not plain integers are
+    kept as their text.
+    """
+
+    name: str
+    instructions: list[Instruction]
+    descriptor: dict[str, Any]
+    metadata: dict[str, Any]
+    labels: dict[str, int] = dataclasses.field(default_factory=dict)
+    symbols: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """A natural loop found as a backward branch: ``instructions[start:end + 1]`` is its body.
+
+    ``start`` is the index of the branch target's first instruction, ``end`` the index of the
+    backward ``s_branch``/``s_cbranch_*`` itself (included in the body).
+    """
+
+    label: str
+    start: int
+    end: int
+    body: tuple[Instruction, ...]
+
+    @property
+    def mfma(self) -> int:
+        return sum(1 for i in self.body if _is_mfma(i.opcode))
+
+    @property
+    def s_waitcnt(self) -> int:
+        return sum(1 for i in self.body if _is_waitcnt(i.opcode))
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------
+
+_LABEL_RE = re.compile(r"^([A-Za-z_.$0-9][\w.$]*):(.*)$")
+_TYPE_FUNC_RE = re.compile(r"^\.type\s+([^\s,]+)\s*,\s*[@%]function\b")
+_SIZE_RE = re.compile(r"^\.size\s+([^\s,]+)\s*,")
+_KD_BEGIN_RE = re.compile(r"^\.amdhsa_kernel\s+(\S+)")
+_KD_FIELD_RE = re.compile(r"^\.amdhsa_(\w+)\s+(.+)$")
+_SET_RE = re.compile(r"^\.set\s+([^\s,]+)\s*,\s*(.+)$")
+_INT_RE = re.compile(r"^[-+]?(0x[0-9a-fA-F]+|\d+)$")
+_FUNCTION_END_LABEL = re.compile(r"^\.Lfunc_end\d*$")
+
+
+def _strip_comment(line: str) -> str:
+    """Drop an AMDGPU asm comment (from ``;`` or ``//`` to the end of line) outside quotes."""
+    quoted = False
+    for pos, ch in enumerate(line):
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and (ch == ";" or line.startswith("//", pos)):
+            return line[:pos].rstrip()
+    return line.rstrip()
+
+
+def _split_top_level(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` (a comma, or None for runs of whitespace) outside ``[]`` and ``()``."""
+    parts, cur, depth = [], [], 0
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth = max(0, depth - 1)
+        is_sep = (ch.isspace() if sep is None else ch == sep) and depth == 0
+        if is_sep:
+            if cur or sep is not None:
+                parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if cur or (sep is not None and parts):
+        parts.append("".join(cur).strip())
+    return [p for p in parts if p] if sep is None else parts
+
+
+def _parse_instruction(text: str, line: int, in_asm: bool) -> Instruction:
+    """Split ``opcode op0, op1, op2 mod0 mod1`` into its parts (see :class:`Instruction`)."""
+    pieces = text.split(None, 1)
+    opcode = pieces[0].lower()
+    rest = pieces[1].strip() if len(pieces) > 1 else ""
+    if not rest:
+        return Instruction(opcode, (), (), line, text, in_asm)
+    if opcode.startswith("s_waitcnt") and "," not in rest:
+        # ``s_waitcnt vmcnt(0) lgkmcnt(0)`` (counters joined by spaces or '&'): all operands.
+        words = [w for w in re.split(r"[\s&]+", rest) if w]
+        return Instruction(opcode, tuple(words), (), line, text, in_asm)
+    parts = _split_top_level(rest, ",")
+    words = _split_top_level(parts[-1], None)
+    operands = [p for p in parts[:-1]] + words[:1]
+    modifiers = words[1:]
+    return Instruction(opcode, tuple(operands), tuple(modifiers), line, text, in_asm)
+
+
+def _to_value(text: str) -> Any:
+    """An integer if ``text`` is one (decimal or hex), otherwise the stripped text."""
+    text = text.strip()
+    if _INT_RE.match(text):
+        return int(text, 0)
+    return text
+
+
+def _resolve(value: Any, table: dict[str, Any], depth: int = 0) -> Any:
+    """Evaluate a resource-symbol expression: integers, known symbols and ``max(...)``.
+
+    LLVM writes e.g. ``.set .Lk.num_vgpr, max(32, .Lcallee.num_vgpr)`` when a kernel calls
+    functions; anything beyond symbols, ``max``, ``+`` and integers is returned as text.
+    """
+    if not isinstance(value, str) or depth > 20:
+        return value
+    text = value.strip()
+    if _INT_RE.match(text):
+        return int(text, 0)
+    if text in table:
+        return _resolve(table[text], table, depth + 1)
+    m = re.fullmatch(r"max\((.*)\)", text)
+    if m:
+        args = [_resolve(a, table, depth + 1) for a in _split_top_level(m.group(1), ",")]
+        if args and all(isinstance(a, int) for a in args):
+            return max(args)
+        return value
+    if "+" in text:
+        args = [_resolve(a, table, depth + 1) for a in _split_top_level(text, "+")]
+        if args and all(isinstance(a, int) for a in args):
+            return sum(args)
+    return value
+
+
+def _parse_metadata_yaml(text: str) -> dict[str, Any]:
+    """The ``amdgpu_metadata`` document as a dict (PyYAML when present, else a tiny fallback)."""
+    try:
+        import yaml  # PyYAML: present in the venv as a dependency of jupytext/papermill
+
+        data = yaml.safe_load(text)
+        return data if isinstance(data, dict) else {}
+    except ImportError:
+        return _parse_metadata_fallback(text)
+    except Exception as err:  # malformed YAML: one clear sentence
+        raise ValueError(f"the amdgpu_metadata block is not valid YAML ({type(err).__name__}).") from None
+
+
+def _parse_metadata_fallback(text: str) -> dict[str, Any]:
+    """Scalar fields of each ``amdhsa.kernels`` entry, for when PyYAML is missing.
+
+    LLVM writes each kernel as a list item at two spaces (``  - .agpr_count: 0``) with its
+    scalar fields at four; nested lists/maps (``.args``, ``.reqd_workgroup_size``) are read
+    only for ``.reqd_workgroup_size`` (a list of three integers).
+    """
+    kernels: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    pending_list: str | None = None
+    for raw in text.splitlines():
+        m = re.match(r"^  - (\.[\w]+):\s*(.*)$", raw)
+        if m:
+            current = {}
+            kernels.append(current)
+            raw = "    " + m.group(1) + ": " + m.group(2)
+        if current is None:
+            continue
+        m = re.match(r"^    (\.[\w]+):\s*(.*)$", raw)
+        if m:
+            key, val = m.group(1), m.group(2).strip()
+            pending_list = key if val == "" and key == ".reqd_workgroup_size" else None
+            if val:
+                current[key] = _to_value(val) if val not in ("true", "false") else val == "true"
+            elif pending_list:
+                current[key] = []
+            continue
+        m = re.match(r"^      - (\S+)\s*$", raw)
+        if m and pending_list:
+            current[pending_list].append(_to_value(m.group(1)))
+        elif re.match(r"^\S", raw):
+            current = None
+    return {"amdhsa.kernels": kernels}
+
+
+def parse(isa_text: str) -> list[Kernel]:
+    """Split FlyDSL/LLVM AMDGPU assembly into its kernels (see :class:`Kernel`).
+
+    A kernel function starts at the label named by a ``.type <name>,@function`` directive and
+    ends at LLVM's ``.Lfunc_end<N>:`` label, a ``.size <name>`` directive or the next function.
+    Inside it, every line that is not blank, a comment, a label or a directive (starting with
+    ``.``) is one instruction; lines of inline asm between ``;;#ASMSTART`` and ``;;#ASMEND`` are
+    taken the same way and flagged ``in_asm_block``. Raises ValueError when the text holds no
+    kernel function.
+    """
+    if not isinstance(isa_text, str):
+        raise ValueError(f"parse() needs the .s text as a str, got {type(isa_text).__name__}.")
+    functions: set[str] = set()
+    kernels: dict[str, Kernel] = {}
+    order: list[str] = []
+    symbols: dict[str, Any] = {}
+    descriptors: dict[str, dict[str, Any]] = {}
+    meta_lines: list[str] | None = None
+    meta_text = ""
+
+    current: Kernel | None = None
+    in_asm = False
+    in_kd: str | None = None
+
+    def close() -> None:
+        nonlocal current, in_asm
+        current, in_asm = None, False
+
+    for lineno, raw in enumerate(isa_text.splitlines(), start=1):
+        stripped = raw.strip()
+        if meta_lines is not None:
+            if stripped == ".end_amdgpu_metadata":
+                meta_text = "\n".join(meta_lines)
+                meta_lines = None
+            else:
+                meta_lines.append(raw)
+            continue
+        if stripped == ".amdgpu_metadata":
+            meta_lines = []
+            continue
+        if stripped.startswith(";;#ASMSTART"):
+            in_asm = True
+            continue
+        if stripped.startswith(";;#ASMEND"):
+            in_asm = False
+            continue
+        line = _strip_comment(stripped)
+        if not line:
+            continue
+        if in_kd is not None:
+            if line.startswith(".end_amdhsa_kernel"):
+                in_kd = None
+            else:
+                m = _KD_FIELD_RE.match(line)
+                if m:
+                    descriptors[in_kd][m.group(1)] = _to_value(m.group(2))
+            continue
+        m = _KD_BEGIN_RE.match(line)
+        if m:
+            in_kd = m.group(1)
+            descriptors.setdefault(in_kd, {})
+            close()
+            continue
+        m = _LABEL_RE.match(line)
+        if m:
+            label = m.group(1)
+            if label in functions:
+                close()
+                current = Kernel(label, [], {}, {})
+                kernels[label] = current
+                order.append(label)
+            elif current is not None:
+                if _FUNCTION_END_LABEL.match(label):
+                    close()
+                else:
+                    current.labels[label] = len(current.instructions)
+            # Anything after the colon (rare: ``label: instr``) is an instruction.
+            rest = m.group(2).strip()
+            if rest and current is not None and not rest.startswith("."):
+                current.instructions.append(_parse_instruction(rest, lineno, in_asm))
+            continue
+        if line.startswith("."):
+            m = _TYPE_FUNC_RE.match(line)
+            if m:
+                functions.add(m.group(1))
+                continue
+            m = _SIZE_RE.match(line)
+            if m and current is not None and m.group(1) == current.name:
+                close()
+                continue
+            m = _SET_RE.match(line)
+            if m:
+                symbols[m.group(1)] = m.group(2).strip()
+                continue
+            if line.startswith((".section", ".text", ".data", ".rodata")) and not in_asm:
+                close()
+            continue
+        if current is not None:
+            current.instructions.append(_parse_instruction(line, lineno, in_asm))
+
+    if meta_lines is not None:
+        raise ValueError("the .s text has an .amdgpu_metadata block without .end_amdgpu_metadata.")
+    if not order:
+        raise ValueError(
+            "no kernel function found in the .s text (expected a '.type <name>,@function' "
+            "directive followed by the '<name>:' label)."
+        )
+
+    metadata_by_name: dict[str, dict[str, Any]] = {}
+    if meta_text:
+        doc = _parse_metadata_yaml(meta_text)
+        for entry in doc.get("amdhsa.kernels") or []:
+            if isinstance(entry, dict) and ".name" in entry:
+                metadata_by_name[str(entry[".name"])] = entry
+
+    for name in order:
+        kernel = kernels[name]
+        kernel.descriptor = {k: _resolve(v, symbols) for k, v in descriptors.get(name, {}).items()}
+        kernel.metadata = metadata_by_name.get(name, {})
+        for key, value in symbols.items():
+            for prefix in (f".L{name}.", f"{name}."):
+                if key.startswith(prefix) and "." not in key[len(prefix):]:
+                    kernel.symbols[key[len(prefix):]] = _resolve(value, symbols)
+    return [kernels[n] for n in order]
+
+
+def _select(kernels: list[Kernel], kernel: str | None) -> Kernel:
+    """The kernel called ``kernel`` (or ``kernel`` + FlyDSL's ``_<n>`` suffix); the only one if None."""
+    names = [k.name for k in kernels]
+    if kernel is None:
+        if len(kernels) == 1:
+            return kernels[0]
+        raise ValueError(f"the .s text holds {len(kernels)} kernels ({', '.join(names)}); pass kernel=<name>.")
+    for k in kernels:
+        if k.name == kernel:
+            return k
+    suffixed = [k for k in kernels if re.fullmatch(re.escape(kernel) + r"_\d+", k.name)]
+    if len(suffixed) == 1:
+        return suffixed[0]
+    raise ValueError(f"no kernel named {kernel!r} in the .s text; it holds: {', '.join(names)}.")
+
+
+def _text_of(isa: Any) -> str:
+    """The ``.s`` text of ``isa``: a str, or anything with a str ``.isa`` (a toolchain Artifact)."""
+    text = getattr(isa, "isa", isa)
+    if not isinstance(text, str):
+        raise ValueError(f"expected the .s text (a str) or a toolchain Artifact, got {type(isa).__name__}.")
+    return text
+
+
+def _kernel_of(isa: Any, kernel: str | None) -> Kernel:
+    if isinstance(isa, Kernel):
+        return isa
+    return _select(parse(_text_of(isa)), kernel)
+
+
+# --------------------------------------------------------------------------------------------
+# Opcode classes
+# --------------------------------------------------------------------------------------------
+
+
+def _is_mfma(opcode: str) -> bool:
+    """Matrix-core instructions: ``v_mfma_*`` (incl. ``v_mfma_scale_*``) and ``v_smfmac_*``."""
+    return opcode.startswith(("v_mfma", "v_smfmac"))
+
+
+def _is_waitcnt(opcode: str) -> bool:
+    return opcode == "s_waitcnt" or opcode.startswith("s_waitcnt_")
+
+
+#: Bytes per lane written by each ``buffer_store_<suffix>`` (CDNA3/CDNA4 ISA guides, MUBUF).
+_STORE_WIDTH = {
+    "byte": 1,
+    "b8": 1,
+    "byte_d16_hi": 1,
+    "short": 2,
+    "b16": 2,
+    "short_d16_hi": 2,
+    "dword": 4,
+    "b32": 4,
+    "dwordx2": 8,
+    "b64": 8,
+    "dwordx3": 12,
+    "b96": 12,
+    "dwordx4": 16,
+    "b128": 16,
+}
+
+
+def store_width(opcode: str) -> int | None:
+    """Bytes per lane of a ``buffer_store_*`` opcode; None for format stores and other opcodes."""
+    if not opcode.startswith("buffer_store_"):
+        return None
+    return _STORE_WIDTH.get(opcode[len("buffer_store_"):])
+
+
+# --------------------------------------------------------------------------------------------
+# Loops
+# --------------------------------------------------------------------------------------------
+
+
+def loops(isa: Any, kernel: str | None = None) -> list[Loop]:
+    """Every backward branch of a kernel, as a :class:`Loop`, in program order of the branch."""
+    k = _kernel_of(isa, kernel)
+    found = []
+    for idx, inst in enumerate(k.instructions):
+        target = inst.branch_target
+        if target is None or target not in k.labels:
+            continue
+        start = k.labels[target]
+        if start <= idx:
+            found.append(Loop(target, start, idx, tuple(k.instructions[start: idx + 1])))
+    return found
+
+
+def _hottest(found: Iterable[Loop]) -> Loop | None:
+    best = None
+    for loop in found:
+        if best is None or (loop.mfma, len(loop.body)) > (best.mfma, len(best.body)):
+            best = loop
+    return best
+
+
+def hot_loop(isa_text: Any, kernel: str | None = None) -> list[Instruction] | None:
+    """The body of the kernel's hot loop (see :func:`metrics`), or None when it has no loop."""
+    best = _hottest(loops(isa_text, kernel))
+    return list(best.body) if best is not None else None
+
+
+def loop_histogram(isa_text: Any, kernel: str | None = None) -> dict[str, int] | None:
+    """``{opcode: count}`` over the hot loop's body (most frequent first), None without a loop.
+
+    For "in the loop" questions the whole-kernel ``opcode_histogram`` cannot answer, e.g. how many
+    ``buffer_load_dword`` or ``v_readfirstlane_b32`` run per iteration.
+    """
+    body = hot_loop(isa_text, kernel)
+    if body is None:
+        return None
+    return _histogram(body)
+
+
+def mfma_operand_reuse(isa_text: Any, kernel: str | None = None, *, loop_only: bool = False) -> float | None:
+    """Share of consecutive MFMA pairs whose second MFMA repeats the first's A or B operand.
+
+    Over the MFMAs in program order (only the hot loop's with ``loop_only``), a pair counts when
+    ``src0`` (operand 1, A) or ``src1`` (operand 2, B) is the same register (range) text in both.
+    Reusing an operand register back to back is what an MFMA issue order tuned for operand
+    locality does (e.g. a serpentine walk of the tile). None with fewer than two MFMAs.
+    """
+    insts = hot_loop(isa_text, kernel) if loop_only else _kernel_of(isa_text, kernel).instructions
+    mfmas = [i for i in insts or [] if _is_mfma(i.opcode) and len(i.operands) >= 3]
+    if len(mfmas) < 2:
+        return None
+    pairs = list(zip(mfmas, mfmas[1:]))
+    shared = sum(1 for a, b in pairs if a.operands[1] == b.operands[1] or a.operands[2] == b.operands[2])
+    return shared / len(pairs)
+
+
+def _histogram(insts: Iterable[Instruction]) -> dict[str, int]:
+    """``{opcode: count}``, most frequent first, ties in alphabetical order."""
+    hist: dict[str, int] = {}
+    for inst in insts:
+        hist[inst.opcode] = hist.get(inst.opcode, 0) + 1
+    return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+# --------------------------------------------------------------------------------------------
+# Registers and occupancy
+# --------------------------------------------------------------------------------------------
+
+
+def _round_up(value: int, granule: int) -> int:
+    return -(-value // granule) * granule
+
+
+def unified_vgprs(arch_vgpr: int, agpr: int) -> int:
+    """VGPRs a wave takes from gfx90a+'s unified register file.
+
+    With AGPRs in use the AGPRs start after the arch VGPRs rounded up to 4 (the
+    ``accum_offset`` granule), so the total is ``roundup(arch_vgpr, 4) + agpr``; without AGPRs it
+    is ``arch_vgpr``. This is LLVM's ``AMDGPU::getTotalNumVGPRs`` (AMDGPUBaseInfo.cpp) and what it
+    writes as ``.amdhsa_next_free_vgpr`` (LLVM AMDGPUUsage, "Code Object V3 Kernel Descriptor":
+    ``.amdhsa_accum_offset``, GFX90A/GFX942/GFX950).
+    """
+    if agpr > 0:
+        return _round_up(arch_vgpr, ACCUM_OFFSET_GRANULE) + agpr
+    return arch_vgpr
+
+
+def _workgroup_size(kernel: Kernel) -> int | None:
+    """Work-items per workgroup: ``.reqd_workgroup_size`` product, else ``.max_flat_workgroup_size``."""
+    reqd = kernel.metadata.get(".reqd_workgroup_size")
+    if isinstance(reqd, list) and reqd and all(isinstance(v, int) for v in reqd):
+        return math.prod(reqd)
+    flat = kernel.metadata.get(".max_flat_workgroup_size")
+    return flat if isinstance(flat, int) else None
+
+
+def occupancy(vgpr_unified: int | None, sgpr: int | None = None, lds_bytes: int | None = 0,
+              workgroup_size: int | None = None) -> dict[str, int | None]:
+    """Waves per SIMD a gfx950 kernel can keep resident, and which resource limits it.
+
+    Returns ``{"vgpr": .., "sgpr": .., "lds": .., "waves_per_simd": min of those and 8}``; a
+    limit whose input is unknown (None) is None and left out of the minimum.
+
+    * VGPRs: ``min(8, floor(512 / roundup(max(vgpr_unified, 1), 8)))`` -- 512 unified VGPRs per
+      SIMD lane, allocated in blocks of 8 (LLVM ``AMDGPU::IsaInfo::getVGPRAllocGranule`` and
+      ``getNumWavesPerEUWithNumVGPRs`` for gfx90a+; the gfx90a ISA guide §3.6.4, as quoted in
+      LLVM commit b7611370 "Use correct VGPR threshold ... unified register file case": 512
+      registers per lane in all, at most 256 arch + 256 acc).
+    * SGPRs: the GFX8/GFX9 table of LLVM ``GCNSubtarget::getOccupancyWithNumSGPRs``: up to 80 SGPRs
+      -> 10, 88 -> 9, 100 -> 8, more -> 7 waves (so on gfx950 it only bites above 100).
+      ``sgpr`` is the metadata ``.sgpr_count`` (VCC/FLAT_SCRATCH/XNACK included).
+    * LDS: a CU has 160 KiB (163840 bytes) of LDS on gfx950, allocated in 320-dword (1280-byte)
+      blocks (LLVM AMDGPUUsage, COMPUTE_PGM_RSRC2 ``LDS_SIZE`` granularity for GFX950). Resident
+      workgroups per CU = ``floor(163840 / roundup(lds_bytes, 1280))``; their
+      ``ceil(workgroup_size / 64)`` waves spread over 4 SIMDs, so the busiest SIMD holds
+      ``ceil(workgroups * waves_per_workgroup / 4)``. 0 when one workgroup does not fit.
+      Needs ``workgroup_size``; only the static LDS (``group_segment_fixed_size``) is known from
+      the ``.s``, so dynamic LDS passed at launch is not counted.
+
+    Not modelled: the per-CU workgroup-slot and barrier limits, a workgroup needing all its waves
+    resident at once (VGPR-limited occupancy is not rounded to whole workgroups), scratch, and
+    ``amdgpu-waves-per-eu`` hints. The result is an upper bound for what the hardware schedules.
+    """
+    limits: dict[str, int | None] = {"vgpr": None, "sgpr": None, "lds": None}
+    if vgpr_unified is not None:
+        alloc = _round_up(max(int(vgpr_unified), 1), VGPR_ALLOC_GRANULE)
+        limits["vgpr"] = min(MAX_WAVES_PER_SIMD, VGPRS_PER_SIMD // alloc)
+    if sgpr is not None:
+        s = int(sgpr)
+        table = 10 if s <= 80 else 9 if s <= 88 else 8 if s <= 100 else 7
+        limits["sgpr"] = min(MAX_WAVES_PER_SIMD, table)
+    if lds_bytes is not None and workgroup_size:
+        if lds_bytes <= 0:
+            limits["lds"] = MAX_WAVES_PER_SIMD
+        else:
+            groups = LDS_BYTES_PER_CU // _round_up(int(lds_bytes), LDS_ALLOC_GRANULE)
+            waves_per_group = -(-int(workgroup_size) // WAVE_SIZE)
+            limits["lds"] = min(MAX_WAVES_PER_SIMD, -(-groups * waves_per_group // SIMDS_PER_CU))
+    known = [v for v in limits.values() if v is not None]
+    return {**limits, "waves_per_simd": min(known + [MAX_WAVES_PER_SIMD]) if known else None}
+
+
+def _first_int(*values: Any) -> int | None:
+    for v in values:
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int):
+            return v
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------------------------
+
+
+def metrics(isa_text: Any, kernel: str | None = None) -> dict[str, Any]:
+    """One kernel of a ``.s`` text reduced to numbers (a JSON-friendly dict, keys below in order).
+
+    ``isa_text`` is the ``.s`` text, a toolchain ``Artifact`` (its ``.isa``) or a parsed
+    :class:`Kernel`. ``kernel`` picks a kernel by name (FlyDSL's ``_0`` suffix may be left off); it may be None
+    when the text holds a single kernel. Counts are static (instructions in the text, not
+    executed); a missing source gives None.
+
+    Resources (from the descriptor, the ``.set`` symbols and the metadata):
+
+    * ``arch_vgpr``: arch VGPRs, ``.set .L<k>.num_vgpr`` (else metadata ``.vgpr_count`` minus AGPRs).
+    * ``agpr``: accumulation VGPRs, ``.set .L<k>.num_agpr`` (else metadata ``.agpr_count``).
+    * ``vgpr_unified``: registers taken from the 512-entry unified file, as the hardware allocates
+      them: ``.amdhsa_next_free_vgpr`` (the descriptor's GRANULATED_WORKITEM_VGPR_COUNT is made
+      from it). Usually equal to :func:`unified_vgprs` of the two above (``roundup(arch_vgpr, 4) +
+      agpr``); it is larger when inline asm names AGPRs (seen: 169 against 3 + 1 in a tiny kernel),
+      and that larger number is what limits occupancy. Falls back to :func:`unified_vgprs`.
+    * ``sgpr``: metadata ``.sgpr_count`` (numbered SGPRs plus VCC/FLAT_SCRATCH/XNACK);
+      falls back to ``.amdhsa_next_free_sgpr``.
+    * ``lds_bytes``: static LDS per workgroup, ``.amdhsa_group_segment_fixed_size``.
+    * ``scratch_bytes``: private (scratch) bytes per work-item, ``.amdhsa_private_segment_fixed_size``.
+    * ``occupancy_waves_per_simd``: :func:`occupancy` of the above with the workgroup size from
+      the metadata (``.reqd_workgroup_size`` product, else ``.max_flat_workgroup_size``).
+
+    Instruction counts (inline-asm instructions included):
+
+    * ``instructions``: instructions in the kernel function.
+    * ``mfma``: ``v_mfma*`` (incl. ``v_mfma_scale_*``) and ``v_smfmac*`` instructions.
+    * ``s_waitcnt``: ``s_waitcnt`` and ``s_waitcnt_*`` instructions.
+    * ``s_barrier``: instructions whose opcode starts with ``s_barrier``.
+    * ``loop_instructions`` / ``loop_mfma`` / ``loop_s_waitcnt``: the same counts over the hot
+      loop: a backward ``s_branch``/``s_cbranch_*`` whose target label comes at or before it;
+      its body runs from the target's first instruction to the branch, both included. With
+      several loops the one with the most MFMAs wins, ties broken by the most instructions (so
+      an outer loop beats the inner one it contains when both hold the same MFMAs). All three
+      are None when the kernel has no backward branch.
+    * ``insts_before_first_buffer_load``: instructions that come before the first
+      ``buffer_load_*`` in program (text) order; None when there is none.
+    * ``buffer_store_by_width``: ``{bytes per lane: count}`` over ``buffer_store_*`` (``byte``=1,
+      ``short``=2, ``dword``/``b32``=4, ``dwordx2``/``b64``=8, ``dwordx3``/``b96``=12,
+      ``dwordx4``/``b128``=16), integer keys in ascending order; format stores are left out.
+    * ``v_accvgpr_write`` / ``v_accvgpr_read``: ``v_accvgpr_write*`` / ``v_accvgpr_read*``
+      (moves into / out of AGPRs).
+    * ``distinct_opcodes``: number of different opcodes.
+    * ``opcode_histogram``: ``{opcode: count}``, most frequent first (ties alphabetical).
+    """
+    k = _kernel_of(isa_text, kernel)
+    insts = k.instructions
+    sym, desc, md = k.symbols, k.descriptor, k.metadata
+
+    agpr = _first_int(sym.get("num_agpr"), md.get(".agpr_count"))
+    arch_vgpr = _first_int(sym.get("num_vgpr"))
+    if arch_vgpr is None and isinstance(md.get(".vgpr_count"), int) and agpr == 0:
+        arch_vgpr = md[".vgpr_count"]
+    # The descriptor is what the hardware allocates from; the symbols are the fallback.
+    vgpr_unified = _first_int(desc.get("next_free_vgpr"))
+    if vgpr_unified is None and arch_vgpr is not None:
+        vgpr_unified = unified_vgprs(arch_vgpr, agpr or 0)
+    if vgpr_unified is None:
+        vgpr_unified = _first_int(md.get(".vgpr_count"))
+    sgpr = _first_int(md.get(".sgpr_count"), desc.get("next_free_sgpr"))
+    lds = _first_int(desc.get("group_segment_fixed_size"), md.get(".group_segment_fixed_size"))
+    scratch = _first_int(desc.get("private_segment_fixed_size"), md.get(".private_segment_fixed_size"),
+                         sym.get("private_seg_size"))
+    occ = occupancy(vgpr_unified, sgpr, lds, _workgroup_size(k))["waves_per_simd"]
+
+    hist = _histogram(insts)
+
+    stores: dict[int, int] = {}
+    for inst in insts:
+        width = store_width(inst.opcode)
+        if width is not None:
+            stores[width] = stores.get(width, 0) + 1
+
+    first_load = next((i for i, inst in enumerate(insts) if inst.opcode.startswith("buffer_load_")), None)
+    loop = _hottest(loops(k))
+
+    return {
+        "vgpr_unified": vgpr_unified,
+        "arch_vgpr": arch_vgpr,
+        "agpr": agpr,
+        "sgpr": sgpr,
+        "lds_bytes": lds,
+        "scratch_bytes": scratch,
+        "occupancy_waves_per_simd": occ,
+        "instructions": len(insts),
+        "mfma": sum(1 for i in insts if _is_mfma(i.opcode)),
+        "s_waitcnt": sum(1 for i in insts if _is_waitcnt(i.opcode)),
+        "s_barrier": sum(1 for i in insts if i.opcode.startswith("s_barrier")),
+        "loop_instructions": len(loop.body) if loop else None,
+        "loop_mfma": loop.mfma if loop else None,
+        "loop_s_waitcnt": loop.s_waitcnt if loop else None,
+        "insts_before_first_buffer_load": first_load,
+        "buffer_store_by_width": dict(sorted(stores.items())),
+        "v_accvgpr_write": sum(1 for i in insts if i.opcode.startswith("v_accvgpr_write")),
+        "v_accvgpr_read": sum(1 for i in insts if i.opcode.startswith("v_accvgpr_read")),
+        "distinct_opcodes": len(hist),
+        "opcode_histogram": hist,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing two kernels
+# --------------------------------------------------------------------------------------------
+
+
+def _compare(a: Any, b: Any) -> dict[str, Any]:
+    """``{"a", "b", "delta": b - a, "ratio": b / a}``; ratio 1.0 when equal, None when a is 0/None."""
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    delta = b - a if numeric else None
+    if numeric and a == b:
+        ratio: float | None = 1.0
+    elif numeric and a != 0:
+        ratio = b / a
+    else:
+        ratio = None
+    return {"a": a, "b": b, "delta": delta, "ratio": ratio}
+
+
+def _check_metrics(m: Any, which: str) -> dict[str, Any]:
+    if not isinstance(m, dict) or not set(SCALAR_KEYS) <= set(m):
+        raise ValueError(f"diff() needs two dicts returned by isa.metrics(); argument {which} is not one.")
+    return m
+
+
+def _int_keys(d: dict | None) -> dict[int, int]:
+    """``buffer_store_by_width`` with int keys (they come back as strings from JSON)."""
+    return {int(k): v for k, v in (d or {}).items()}
+
+
+def diff(metrics_a: dict[str, Any], metrics_b: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Compare two :func:`metrics` dicts (a = baseline, b = variant).
+
+    Returns ``{"metrics": {key: cmp}, "opcodes": {opcode: cmp}, "buffer_store_by_width":
+    {bytes: cmp}}`` where each ``cmp`` is ``{"a", "b", "delta", "ratio"}``: ``delta = b - a``,
+    ``ratio = b / a`` (1.0 when equal, None when a is 0 and b is not, or a value is None).
+    Opcodes and store widths missing on one side count as 0 there.
+    """
+    a = _check_metrics(metrics_a, "a")
+    b = _check_metrics(metrics_b, "b")
+    out: dict[str, dict[str, Any]] = {"metrics": {k: _compare(a.get(k), b.get(k)) for k in SCALAR_KEYS}}
+    ha, hb = a.get("opcode_histogram") or {}, b.get("opcode_histogram") or {}
+    out["opcodes"] = {op: _compare(ha.get(op, 0), hb.get(op, 0)) for op in sorted(set(ha) | set(hb))}
+    sa, sb = _int_keys(a.get("buffer_store_by_width")), _int_keys(b.get("buffer_store_by_width"))
+    out["buffer_store_by_width"] = {w: _compare(sa.get(w, 0), sb.get(w, 0)) for w in sorted(set(sa) | set(sb))}
+    return out
+
+
+def diff_table(metrics_a: dict[str, Any], metrics_b: dict[str, Any], *, changed_only: bool = False):
+    """:func:`diff` as a pandas DataFrame: columns ``section, name, a, b, delta, ratio``.
+
+    ``section`` is ``metrics``, ``opcodes`` or ``buffer_store_by_width``; rows keep the order of
+    :func:`diff`. With ``changed_only`` the rows where ``a == b`` are dropped.
+    """
+    import pandas as pd
+
+    rows = []
+    for section, entries in diff(metrics_a, metrics_b).items():
+        for name, cmp in entries.items():
+            if changed_only and cmp["a"] == cmp["b"]:
+                continue
+            rows.append({"section": section, "name": str(name), **cmp})
+    frame = pd.DataFrame(rows, columns=["section", "name", "a", "b", "delta", "ratio"])
+    return frame

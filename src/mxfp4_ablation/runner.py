@@ -1,0 +1,123 @@
+"""Run a kernel variant on a backend and check it against the torch reference.
+
+Backends:
+
+``emulator``  compile offline for gfx950, execute the ISA in :mod:`gfx950emu` with the ``s_waitcnt``
+              hazard checker, compare with the reference. Works on any machine.
+``device``    run on a visible gfx950 GPU through FlyDSL's own launcher and compare. Needs an MI355X
+              (refused with one clear line anywhere else).
+
+The kernel module of a variant family provides the pieces (see ``mxfp4_ablation.kernels.gemm``):
+
+* ``make_inputs(*shape, seed=...) -> dict`` of torch tensors in the kernel's layouts;
+* ``reference(inputs) -> Tensor``: what the kernel must produce;
+* ``OUTPUT``: the key of the output tensor in ``inputs``;
+* ``kernel_args(inputs) -> list``: the kernarg list for the emulator, one entry per metadata ``.args``
+  item (dicts with ``kind`` ``global_buffer`` + ``tensor`` or ``by_value`` + ``bytes``);
+* ``launch_config(*shape) -> (grid, block)``;
+* ``build(*shape, **switches)``: the FlyDSL launcher, and ``device_args(inputs)`` for the device path.
+
+The verdict (:data:`COSINE_MIN`, zero hazards) is the project's correctness gate.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Any
+
+from . import modes, reference, toolchain, variants
+
+#: The correctness gate: cosine similarity against the reference and no hazard reports.
+COSINE_MIN = 0.99999
+BACKENDS = ("emulator", "device")
+
+
+def _module(variant: variants.Variant):
+    return importlib.import_module(variants.KERNEL_MODULES[variant.family])
+
+
+def _require(module, *names: str) -> None:
+    missing = [n for n in names if not hasattr(module, n)]
+    if missing:
+        raise ValueError(f"{module.__name__} does not provide {', '.join(missing)} (needed to run it)")
+
+
+def emulator_args(entries: list[dict]) -> list:
+    """Kernel-module kernarg entries -> :func:`gfx950emu.launch` args (tensors and little-endian ints)."""
+    args = []
+    for entry in entries:
+        if entry["kind"] == "global_buffer":
+            args.append(entry["tensor"])
+        elif entry["kind"] == "by_value":
+            args.append(int.from_bytes(entry["bytes"], "little"))
+        else:
+            raise ValueError(f"kernel argument {entry.get('name')!r} has unknown kind {entry['kind']!r}")
+    return args
+
+
+def _compare(out, ref) -> dict[str, Any]:
+    stats = reference.compare(out, ref)
+    return {
+        "cosine": float(stats["cosine"]),
+        "max_abs_err": float(stats["max_abs_err"]),
+        "max_rel_err": float(stats["max_rel_err"]),
+        "mismatches": int(stats["mismatches"]),
+    }
+
+
+def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulator", seed: int = 0,
+           hazards: str = "report", processes: int = 1) -> dict[str, Any]:
+    """Run ``variant_name`` at ``shape`` and compare it with the reference.
+
+    Returns a JSON-ready dict: ``passed``, ``cosine``, ``max_abs_err``, ``max_rel_err``,
+    ``mismatches``, ``hazards`` (count), ``hazard_reports`` (first few, as text), ``backend``,
+    ``variant``, ``shape``, ``seed``, ``seconds`` (backend time), ``compile_seconds``.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    variant = variants.get(variant_name)
+    if backend == "device":
+        gpu = modes.visible_gpu()
+        if gpu is None or gpu.arch != "gfx950":
+            where = f"{gpu.name} ({gpu.arch})" if gpu else "no GPU"
+            raise ValueError(f"--backend device needs a gfx950 GPU (MI355X); this machine has {where}")
+    params = variant.params(tuple(shape))
+    module = _module(variant)
+    _require(module, "make_inputs", "reference", "OUTPUT", "launch_config")
+    shape_args = {k: v for k, v in params.items() if k not in variant.switches}
+    inputs = module.make_inputs(**shape_args, seed=seed)
+    expected = module.reference(inputs)
+    result: dict[str, Any] = {"variant": variant.name, "shape": list(shape), "seed": seed, "backend": backend}
+
+    if backend == "emulator":
+        import gfx950emu
+
+        _require(module, "kernel_args")
+        art = toolchain.compile(variant.target, params)
+        grid, block = module.launch_config(**shape_args)
+        program = gfx950emu.load(art.isa)
+        start = time.perf_counter()
+        run = gfx950emu.launch(program, grid=grid, block=block, args=emulator_args(module.kernel_args(inputs)),
+                               hazards=hazards, processes=processes)
+        result["seconds"] = round(time.perf_counter() - start, 3)
+        result["compile_seconds"] = art.compile_seconds
+        result["hazards"] = len(run.hazards)
+        result["hazard_reports"] = [str(h) for h in run.hazards[:5]]
+    else:
+        import torch
+
+        _require(module, "build", "device_args")
+        on_gpu = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in inputs.items()}
+        launcher = module.build(**params)
+        start = time.perf_counter()
+        launcher(*module.device_args(on_gpu))
+        torch.cuda.synchronize()
+        result["seconds"] = round(time.perf_counter() - start, 3)
+        result["hazards"] = 0
+        result["hazard_reports"] = []
+        inputs = {k: (v.cpu() if hasattr(v, "cpu") else v) for k, v in on_gpu.items()}
+
+    result.update(_compare(inputs[module.OUTPUT], expected))
+    result["passed"] = bool(result["cosine"] >= COSINE_MIN and result["hazards"] == 0)
+    return result
