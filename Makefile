@@ -74,3 +74,6 @@ lab: $(SETUP_STAMP) ## JupyterLab on the notebooks (jupytext opens the .py sourc
 clean: ## remove caches and run stamps (keeps experiments/ results and figures/)
 	rm -rf .cache experiments/.stamps .pytest_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# The summary reads what the step notebooks wrote: it runs after all of them.
+experiments/.stamps/summary.done: $(filter-out experiments/.stamps/summary.done,$(STAMPS))

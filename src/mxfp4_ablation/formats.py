@@ -362,9 +362,9 @@ def shuffle_weight_b(packed: torch.Tensor) -> torch.Tensor:
     This equals FlyDSL ``shuffle_weight_w4(src, NLane=16, gate_up=False,
     moe_gemm=False)`` (tests/kernels/utils/gemm_common_utils.py) and aiter
     ``shuffle_weight(x, layout=(16, 16), is_guinterleave=True)``; the layout the
-    FlyDSL ``kernels/gemm/mxfp4_preshuffle.py`` ``_bq_view`` reads.  NOTE: aiter's
-    default ``shuffle_weight(x, layout=(16, 16))`` (no is_guinterleave) is a
-    different 16-row x 32-byte tiling used by aiter's own kernels.
+    FlyDSL ``kernels/gemm/mxfp4_preshuffle.py`` ``_bq_view`` reads.  aiter's default
+    ``shuffle_weight(x, layout=(16, 16))`` describes its tiles as 16 rows x 32 bytes, yet on
+    packed fp4 it is the same byte permutation (checked numerically; tests/test_moe_host.py).
     Requires N % 16 == 0 and K % 128 == 0 (K//2 % 64 == 0).
     """
     packed = _as_bytes(packed, "packed")
