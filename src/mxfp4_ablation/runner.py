@@ -76,12 +76,12 @@ def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulato
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
-    variant = variants.get(variant_name)
     if backend == "device":
         gpu = modes.visible_gpu()
         if gpu is None or gpu.arch != "gfx950":
             where = f"{gpu.name} ({gpu.arch})" if gpu else "no GPU"
             raise ValueError(f"--backend device needs a gfx950 GPU (MI355X); this machine has {where}")
+    variant = variants.get(variant_name)
     params = variant.params(tuple(shape))
     module = _module(variant)
     _require(module, "make_inputs", "reference", "OUTPUT", "launch_config")
