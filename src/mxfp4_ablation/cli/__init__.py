@@ -129,6 +129,7 @@ def cmd_isa(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mxfp4-ablation", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="on an error, print all of it (compiler log)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, func, help_text: str) -> argparse.ArgumentParser:
@@ -165,8 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (UsageError, ValueError, ToolchainError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"mxfp4-ablation {args.command}: {first}", file=sys.stderr)
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        print(f"mxfp4-ablation {args.command}: {lines[0]}", file=sys.stderr)
+        if args.verbose and len(lines) > 1:
+            print("\n".join(lines[1:]), file=sys.stderr)
+        elif len(lines) > 1:
+            print("(mxfp4-ablation -v ... prints the rest, e.g. the compiler log)", file=sys.stderr)
         return 2
 
 
