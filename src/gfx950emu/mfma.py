@@ -1,0 +1,389 @@
+"""Functional model of the gfx950 (CDNA4) matrix-core (MFMA) instructions.
+
+One call to :func:`execute` runs one MFMA for a whole wave: the 64 lanes'
+source registers go in, the 64 lanes' accumulator registers come out.  The
+emulator core owns registers and decoding of the assembly; this module only
+knows the arithmetic and the lane layouts.
+
+Lane layouts (M x N x K, ``G = 64 // M`` lane groups; lane ``l`` is in
+group ``g = l // M``; element ``j`` of a lane is the ``j``-th element of its
+registers read as one little-endian bit string, ``fpformats.unpack``):
+
+* A (src0, M x K): lane ``l`` holds row ``l % M``; B (src1, K x N): lane
+  ``l`` holds column ``l % N``.  The K index of element ``j``:
+  - plain MFMAs (bf16/f16/fp8 of CDNA3 and the gfx950 double-rate bf16/f16)
+    and fp4 operands of the f8f6f4 MFMAs: ``k = g*P + j`` with
+    ``P = K // G`` (contiguous run per lane group);
+  - fp8/bf8 (and fp6/bf6, assumed) operands of the f8f6f4 MFMAs: two halves
+    of 16 elements, ``k = (j // 16) * K/2 + 16*g + j % 16``.
+* C/D (M x N, f32): 16x16: register ``r`` (0..3) of lane ``l`` is
+  ``D[4*(l//16) + r][l % 16]``; 32x32: register ``r`` (0..15) is
+  ``D[8*(r//4) + 4*(l//32) + r%4][l % 32]``.
+
+Sources: AMD Matrix Instruction Calculator (github.com/ROCm/amd_matrix_instruction_calculator),
+CDNA3 tables, queried for v_mfma_f32_{16x16x32,32x32x16}_fp8_fp8 and
+v_mfma_f32_16x16x16_bf16 (e.g. 16x16x32 fp8: lane 37 reg 3 is D[11][5], B
+reg 1 of lane 37 holds B[20..23][5]; 32x32x16 fp8: lane 33 reg 5 is D[13][1]).
+The calculator has no CDNA4 tables.  For the f8f6f4 operands: FlyDSL's a8w4
+MoE kernel (kernels/moe/mxfp_moe/gemm1.py, run on MI355X with per-32-block
+scales) loads its fp8 A operand as "two 16 B halves 64 B apart in the row
+(f8f6f4 ABI)", i.e. bytes 0..15 of lane group g are K 16g.., bytes 16..31 are
+K 64+16g.., while its fp4 B operand (and fp4 A in a4w4) is one contiguous
+16 B = 32-element run at K 32g..; AMD's CDNA3/CDNA4 matrix-core blog
+(Salykov et al., 2025, section 5.4/5.5) shows the same two layouts for
+32x32x64 (fp8: K 16g + 32i + j; fp4: contiguous) and notes the fp8 scheme
+is "valid only if both input matrices A and B have FP8 type".  Register
+counts: fp8/bf8 8 dwords, fp6/bf6 6, fp4 4 (LLVM test
+llvm.amdgcn.mfma.scale.f32.32x32x64.f8f6f4.ll: <8 x i32>, <6 x i32>,
+<4 x i32>).  The fp6/bf6 K order is NOT confirmed by any source (none of our
+kernels uses fp6).  For unscaled same-format MFMAs the within-lane K order
+is unobservable (any consistent permutation of K gives the same D).
+
+Scales (``v_mfma_scale_*``): each lane's scale VGPR holds four E8M0 bytes.
+For operand A the byte is ``op_sel[0] + 2*op_sel_hi[0]``, for B it is
+``op_sel[1] + 2*op_sel_hi[1]`` (LLVM encodes the intrinsic's 2-bit
+``scale_sel`` as op_sel bit = low bit, op_sel_hi bit = high bit: checked by
+compiling probe kernels with flydsl 0.5.0's LLVM for gfx950, e.g. intrinsic
+opsel_a=1, opsel_b=2 -> ``op_sel:[1,0,0] op_sel_hi:[0,1,0]`` and 3, 0 ->
+``op_sel:[1,0,0] op_sel_hi:[1,0,0]``; FlyDSL's fp4_gemm_4wave docstring states
+the same rule).  In assembly the A scale VGPR is the 5th operand and the B
+scale the 6th: ``v_mfma_scale_f32_16x16x128_f8f6f4 vdst, A, B, C, scaleA,
+scaleB op_sel:[..] op_sel_hi:[..] cbsz:.. blgp:..`` (same probe).  The byte
+of lane ``l`` scales A row ``l % M`` (B: column ``l % N``) over the logical
+K block ``l // M`` (``k`` in ``32*(l//M) .. +31``), whatever the data format:
+FlyDSL's MXFP4 scale pre-shuffle (tests/kernels/utils shuffle_scale_w4: lane
+= 16*K_Lane + N_Lane) and its a8w4 inline quantiser (scale of block kb of
+row r written to lane 16*kb + r) both use it.  For fp4 that block is
+exactly the lane's own 32 values; for fp8 a lane's values span two blocks.  An E8M0
+byte of 0xFF is NaN (OCP MX v1.0, 5.4): every D element whose dot product
+uses that block becomes NaN (hardware behaviour not verified beyond the spec).
+
+Arithmetic: D = A*B + C is computed in float64 (every product of two
+decoded narrow values times two power-of-two scales is exact in float64, and
+sums of such products are exact while their exponents span < ~45 bits) and
+rounded once to float32 (round to nearest even).  Hardware accumulates in
+its own internal precision and may round differently in the last ulp for
+inputs whose exact result is not representable in f32 (e.g. bf16 products
+with wide exponent spread, or C much larger than A*B).  Whenever the exact
+result is itself an f32 value the model returns it exactly, and any correct
+hardware must too: e.g. fp4 x fp4 with power-of-two scales of similar
+magnitude (every product is a multiple of 2**-2 * sa * sb below 36 * sa * sb,
+so a 128-term sum needs at most ~16 significant bits).  f32 subnormal inputs
+and results are kept as they are (no flush-to-zero modelled).
+
+EXEC: the model reads and writes all 64 lanes whatever EXEC holds.  The
+common understanding is that MFMA ignores EXEC (the whole wave's registers
+form the matrices); this was not confirmed from a primary AMD source here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from . import fpformats as fpf
+
+__all__ = [
+    "is_mfma",
+    "register_counts",
+    "execute",
+    "spec",
+    "MfmaSpec",
+    "F8F6F4_FORMATS",
+    "a_coords",
+    "b_coords",
+    "d_coords",
+    "scale_lane",
+]
+
+#: cbsz / blgp value -> operand format of the f8f6f4 MFMAs (LLVM AMDGPUUsage /
+#: IntrinsicsAMDGPU.td for llvm.amdgcn.mfma.scale.*: 0 fp8 e4m3, 1 bf8 e5m2,
+#: 2 fp6 e2m3, 3 bf6 e3m2, 4 fp4 e2m1)
+F8F6F4_FORMATS = {0: "fp8", 1: "bf8", 2: "fp6", 3: "bf6", 4: "fp4"}
+
+
+@dataclass(frozen=True)
+class MfmaSpec:
+    """Shape and operand kinds of one MFMA opcode."""
+
+    m: int
+    n: int
+    k: int
+    a_fmt: str  # "f8f6f4" (format from cbsz), "bf16", "f16", "fp8", "bf8"
+    b_fmt: str  # "f8f6f4" (format from blgp), ...
+    scaled: bool = False
+
+    @property
+    def groups(self) -> int:
+        """Lane groups along K (4 for 16x16, 2 for 32x32)."""
+        return 64 // self.m
+
+    @property
+    def per_lane(self) -> int:
+        """Consecutive K elements each lane holds."""
+        return self.k // self.groups
+
+    @property
+    def acc_regs(self) -> int:
+        return self.m * self.n // 64
+
+
+def _build_table() -> dict:
+    t = {}
+    for m, k in ((16, 128), (32, 64)):
+        t[f"v_mfma_scale_f32_{m}x{m}x{k}_f8f6f4"] = MfmaSpec(m, m, k, "f8f6f4", "f8f6f4", scaled=True)
+        t[f"v_mfma_f32_{m}x{m}x{k}_f8f6f4"] = MfmaSpec(m, m, k, "f8f6f4", "f8f6f4")
+    for ty in ("bf16", "f16"):
+        t[f"v_mfma_f32_16x16x32_{ty}"] = MfmaSpec(16, 16, 32, ty, ty)  # gfx950 double rate
+        t[f"v_mfma_f32_32x32x16_{ty}"] = MfmaSpec(32, 32, 16, ty, ty)  # gfx950 double rate
+        t[f"v_mfma_f32_16x16x16_{ty}"] = MfmaSpec(16, 16, 16, ty, ty)
+        t[f"v_mfma_f32_32x32x8_{ty}"] = MfmaSpec(32, 32, 8, ty, ty)
+    for a in ("fp8", "bf8"):
+        for b in ("fp8", "bf8"):
+            t[f"v_mfma_f32_16x16x32_{a}_{b}"] = MfmaSpec(16, 16, 32, a, b)
+            t[f"v_mfma_f32_32x32x16_{a}_{b}"] = MfmaSpec(32, 32, 16, a, b)
+    # spellings of the same instructions used by older LLVM / gfx908-style names
+    aliases = {
+        "v_mfma_f32_16x16x16f16": "v_mfma_f32_16x16x16_f16",
+        "v_mfma_f32_32x32x8f16": "v_mfma_f32_32x32x8_f16",
+        "v_mfma_f32_16x16x16bf16_1k": "v_mfma_f32_16x16x16_bf16",
+        "v_mfma_f32_32x32x8bf16_1k": "v_mfma_f32_32x32x8_bf16",
+    }
+    for alias, name in aliases.items():
+        t[alias] = t[name]
+    return t
+
+
+_TABLE = _build_table()
+
+_BITS = {"bf16": 16, "f16": 16, **fpf.BITS}
+
+
+def _norm(opcode: str) -> str:
+    op = opcode.strip().lower()
+    if op.endswith("_e64"):
+        op = op[:-4]
+    return op
+
+
+def is_mfma(opcode: str) -> bool:
+    """True for every MFMA opcode this module can execute."""
+    return _norm(opcode) in _TABLE
+
+
+def spec(opcode: str) -> MfmaSpec:
+    """The :class:`MfmaSpec` of ``opcode`` (ValueError if unknown)."""
+    op = _norm(opcode)
+    if op not in _TABLE:
+        raise ValueError(f"{opcode!r} is not an MFMA opcode this model implements")
+    return _TABLE[op]
+
+
+def _formats(sp: MfmaSpec, cbsz: int, blgp: int, abid: int) -> tuple:
+    """Operand formats, checking the modifiers the model does not implement."""
+    if abid:
+        raise ValueError(f"abid={abid} (A-block broadcast) is not modelled; only abid=0 is supported")
+    if sp.a_fmt == "f8f6f4":
+        if cbsz not in F8F6F4_FORMATS or blgp not in F8F6F4_FORMATS:
+            raise ValueError(f"cbsz and blgp select the f8f6f4 formats and must be 0..4, got cbsz={cbsz} blgp={blgp}")
+        return F8F6F4_FORMATS[cbsz], F8F6F4_FORMATS[blgp]
+    if cbsz or blgp:
+        raise ValueError(f"cbsz={cbsz} / blgp={blgp} broadcast/swizzle is not modelled for this MFMA; only 0 is supported")
+    return sp.a_fmt, sp.b_fmt
+
+
+def register_counts(opcode: str, cbsz: int = 0, blgp: int = 0) -> tuple:
+    """Dwords per lane of (src0 = A, src1 = B, src2 = C = vdst)."""
+    sp = spec(opcode)
+    fa, fb = _formats(sp, cbsz, blgp, 0)
+    return (sp.per_lane * _BITS[fa] // 32, sp.per_lane * _BITS[fb] // 32, sp.acc_regs)
+
+
+# ----------------------------------------------------------------------------
+# layouts
+# ----------------------------------------------------------------------------
+
+
+def _k_of_slot(sp: MfmaSpec, fmt: str, lane, j):
+    """Logical K index of element ``j`` of ``lane`` for an operand of format ``fmt``.
+
+    Every lane group ``g = lane // M`` holds ``P`` elements.  For fp4 (and for
+    all non-f8f6f4 MFMAs) they are the contiguous run ``k = g*P + j``.  For
+    the 8-bit and 6-bit operands of the f8f6f4 MFMAs the 32 elements are two
+    halves of 16: half ``h = j // 16`` covers ``k = h*K/2 + 16*g + j % 16``.
+    """
+    g = lane // sp.m
+    if sp.a_fmt == "f8f6f4" and fmt in ("fp8", "bf8", "fp6", "bf6"):
+        return (j // 16) * (sp.k // 2) + 16 * g + j % 16
+    return g * sp.per_lane + j
+
+
+def _operand_format(sp: MfmaSpec, which: str, code: int) -> str:
+    fixed = sp.a_fmt if which == "a" else sp.b_fmt
+    if fixed != "f8f6f4":
+        return fixed
+    if code not in F8F6F4_FORMATS:
+        raise ValueError(f"the f8f6f4 format code must be 0..4, got {code}")
+    return F8F6F4_FORMATS[code]
+
+
+def a_coords(opcode: str, lane: int, j: int, cbsz: int = 0) -> tuple:
+    """(row, k) of A held by ``lane`` as its ``j``-th element (cbsz: f8f6f4 A format)."""
+    sp = spec(opcode)
+    return lane % sp.m, int(_k_of_slot(sp, _operand_format(sp, "a", cbsz), lane, j))
+
+
+def b_coords(opcode: str, lane: int, j: int, blgp: int = 0) -> tuple:
+    """(k, col) of B held by ``lane`` as its ``j``-th element (blgp: f8f6f4 B format)."""
+    sp = spec(opcode)
+    return int(_k_of_slot(sp, _operand_format(sp, "b", blgp), lane, j)), lane % sp.n
+
+
+def scale_lane(opcode: str, index: int, k: int) -> int:
+    """The lane whose scale byte scales row (A) / column (B) ``index`` for K index ``k``."""
+    sp = spec(opcode)
+    return (k // 32) * sp.m + index
+
+
+def d_coords(opcode: str, lane: int, r: int) -> tuple:
+    """(row, col) of D (and C) in accumulator register ``r`` of ``lane``."""
+    rows, cols = _d_index_arrays(spec(opcode))
+    return int(rows[lane, r]), int(cols[lane, r])
+
+
+def _d_index_arrays(sp: MfmaSpec) -> tuple:
+    lanes = np.arange(64)[:, None]
+    regs = np.arange(sp.acc_regs)[None, :]
+    if sp.m == 16:
+        rows = 4 * (lanes // 16) + regs
+        cols = np.broadcast_to(lanes % 16, rows.shape)
+    else:
+        rows = 8 * (regs // 4) + 4 * (lanes // 32) + regs % 4
+        cols = np.broadcast_to(lanes % 32, rows.shape)
+    return rows, cols
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Index arrays of one (opcode, A format, B format), computed once."""
+
+    a_rows: np.ndarray  # [64, P] row of A of each lane element
+    a_ks: np.ndarray  # [64, P] K of A of each lane element
+    b_ks: np.ndarray
+    b_cols: np.ndarray
+    a_scale_lane: np.ndarray  # [M, K] lane whose scale byte scales A[i][k]
+    b_scale_lane: np.ndarray  # [K, N]
+    d_rows: np.ndarray  # [64, R] row of D in each accumulator register
+    d_cols: np.ndarray
+
+
+@lru_cache(maxsize=None)
+def _plan(sp: MfmaSpec, fa: str, fb: str) -> _Plan:
+    lanes = np.arange(64)[:, None]
+    slots = np.arange(sp.per_lane)[None, :]
+    k_block = np.arange(sp.k) // 32
+    d_rows, d_cols = _d_index_arrays(sp)
+    return _Plan(
+        a_rows=np.broadcast_to(lanes % sp.m, (64, sp.per_lane)),
+        a_ks=_k_of_slot(sp, fa, lanes, slots),
+        b_ks=_k_of_slot(sp, fb, lanes, slots),
+        b_cols=np.broadcast_to(lanes % sp.n, (64, sp.per_lane)),
+        # lane (k//32)*M + i holds the scale of row i (A) / column i (B) for K block k//32
+        a_scale_lane=k_block[None, :] * sp.m + np.arange(sp.m)[:, None],
+        b_scale_lane=k_block[:, None] * sp.n + np.arange(sp.n)[None, :],
+        d_rows=d_rows,
+        d_cols=d_cols,
+    )
+
+
+def _decode_values(fmt: str, regs: np.ndarray) -> np.ndarray:
+    """Lane registers [64, n] -> float64 element values [64, per_lane]."""
+    codes = fpf.unpack(regs, _BITS[fmt])
+    if fmt == "bf16":
+        return fpf.f32_from_bf16_bits(codes).astype(np.float64)
+    if fmt == "f16":
+        return codes.astype(np.uint16).view(np.float16).astype(np.float64)
+    return fpf.decode(fmt, codes)
+
+
+def _lane_scales(scale, sel: int, name: str) -> np.ndarray:
+    s = np.asarray(scale)
+    if s.shape != (64,):
+        raise ValueError(f"{name} must hold one scale VGPR value per lane, shape (64,), got {s.shape}")
+    byte = (s.astype(np.uint32) >> np.uint32(8 * sel)) & 0xFF
+    return fpf.decode_e8m0(byte)
+
+
+def _check_regs(x, n: int, name: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.shape != (64, n):
+        raise ValueError(f"{name} must be the wave's registers, shape (64, {n}), got {a.shape}")
+    if a.dtype.kind not in "ui":
+        raise ValueError(f"{name} must hold raw register bits as unsigned integers, got dtype {a.dtype}")
+    return a.astype(np.uint32)
+
+
+def _bit(t, i: int) -> int:
+    return int(t[i]) & 1 if i < len(t) else 0
+
+
+def execute(
+    opcode: str,
+    a,
+    b,
+    c,
+    *,
+    scale_a=None,
+    scale_b=None,
+    cbsz: int = 0,
+    blgp: int = 0,
+    op_sel=(0, 0, 0),
+    op_sel_hi=(0, 0, 0),
+    abid: int = 0,
+) -> np.ndarray:
+    """Run one MFMA for the whole wave and return D's raw f32 bits, uint32 [64, nC].
+
+    ``a``/``b`` are uint32 [64, nA]/[64, nB] (the lanes' src0/src1 registers),
+    ``c`` uint32 [64, nC] (raw accumulator bits; pass zeros for an inline 0),
+    ``scale_a``/``scale_b`` uint32 [64] (each lane's scale VGPR) for the
+    ``v_mfma_scale_*`` forms only.  See the module docstring for layouts,
+    scale-byte selection and rounding.
+    """
+    sp = spec(opcode)
+    fa, fb = _formats(sp, cbsz, blgp, abid)
+    na, nb, nc = register_counts(opcode, cbsz, blgp)
+    a = _check_regs(a, na, "a (src0)")
+    b = _check_regs(b, nb, "b (src1)")
+    c = _check_regs(c, nc, "c (src2)")
+
+    plan = _plan(sp, fa, fb)
+    A = np.zeros((sp.m, sp.k))
+    B = np.zeros((sp.k, sp.n))
+    A[plan.a_rows, plan.a_ks] = _decode_values(fa, a)
+    B[plan.b_ks, plan.b_cols] = _decode_values(fb, b)
+
+    if sp.scaled:
+        if scale_a is None or scale_b is None:
+            raise ValueError(f"{opcode} needs scale_a and scale_b (the two scale VGPRs)")
+        if _bit(op_sel, 2) or _bit(op_sel_hi, 2):
+            raise ValueError("op_sel[2]/op_sel_hi[2] must be 0: the accumulator has no scale")
+        sa = _lane_scales(scale_a, _bit(op_sel, 0) + 2 * _bit(op_sel_hi, 0), "scale_a")
+        sb = _lane_scales(scale_b, _bit(op_sel, 1) + 2 * _bit(op_sel_hi, 1), "scale_b")
+        with np.errstate(invalid="ignore"):
+            A = A * sa[plan.a_scale_lane]
+            B = B * sb[plan.b_scale_lane]
+    else:
+        if scale_a is not None or scale_b is not None:
+            raise ValueError(f"{opcode} is not a scaled MFMA; scale_a/scale_b must be None")
+        if any(op_sel) or any(op_sel_hi):
+            raise ValueError(f"op_sel/op_sel_hi are not modelled for {opcode}; they must be 0")
+
+    rows, cols = plan.d_rows, plan.d_cols
+    C = np.zeros((sp.m, sp.n))
+    C[rows, cols] = fpf.f32_from_bits(c).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        D = A @ B + C
+        d32 = D.astype(np.float32)
+    return fpf.bits_from_f32(d32[rows, cols]).astype(np.uint32)
