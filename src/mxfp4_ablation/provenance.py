@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
@@ -25,8 +26,16 @@ def _git(*args: str) -> str | None:
 
 
 def git_state() -> dict[str, Any]:
-    """``git_sha`` (None outside a checkout) and ``git_dirty`` (tracked files modified)."""
+    """``git_sha`` and ``git_dirty`` (tracked files modified) of the checkout.
+
+    A copy of the tree without ``.git`` (e.g. on a borrowed GPU machine) takes them from
+    ``MXFP4_GIT_SHA`` / ``MXFP4_GIT_DIRTY=1``, set by whoever copied it, and says so in
+    ``git_sha_source``; with neither, both are None.
+    """
     sha = _git("rev-parse", "HEAD")
+    if sha is None and os.environ.get("MXFP4_GIT_SHA"):
+        return {"git_sha": os.environ["MXFP4_GIT_SHA"], "git_dirty": os.environ.get("MXFP4_GIT_DIRTY") == "1",
+                "git_sha_source": "MXFP4_GIT_SHA (tree copied without .git)"}
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {"git_sha": sha, "git_dirty": bool(status) if status is not None else None}
 

@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print(f"mxfp4-ablation {args.command}: interrupted (no partial results were kept)", file=sys.stderr)
+        return 130
     except (UsageError, ValueError, ToolchainError) as err:
         lines = str(err).strip().splitlines() or [type(err).__name__]
         print(f"mxfp4-ablation {args.command}: {lines[0]}", file=sys.stderr)
