@@ -1,0 +1,28 @@
+"""gfx950emu: a functional emulator for gfx950 (AMD CDNA4 / MI355X) assembly text.
+
+It executes the ``.s`` text LLVM writes for a kernel (FlyDSL's
+``22_final_isa.s``) on the CPU with numpy, 64 lanes at a time, and can check
+that every use of memory results is covered by an ``s_waitcnt``.
+
+    prog = gfx950emu.load(isa_text)                 # parse + pre-decode once
+    res = gfx950emu.launch(prog, grid=(4, 1, 1), block=(256, 1, 1),
+                           args=[a, b, c, 128], hazards="report")
+    res.hazards, res.stats.by_opcode, res.seconds
+
+Depends on numpy only.  Module map: parser (text -> instructions, descriptor,
+metadata), decode/memops/kernel (instruction -> handler), machine (launch
+state, wave scheduling, processes), hazards (s_waitcnt checker), memory (flat
+address space, buffer descriptors, atomics), mfma / fpformats (matrix cores
+and narrow float formats).
+"""
+from .decode import DecodeError
+from .hazards import HazardError, HazardReport
+from .machine import Program, Result, Stats, launch, load
+from .memops import ExecError
+from .memory import MemoryFault
+from .parser import ParseError
+
+__all__ = [
+    "load", "launch", "Program", "Result", "Stats", "HazardReport", "HazardError",
+    "DecodeError", "ParseError", "ExecError", "MemoryFault",
+]

@@ -1,0 +1,615 @@
+"""Handlers for memory instructions: SMEM, MUBUF (buffer_*), global/flat, DS (LDS).
+
+Semantics ([ISA] = AMD CDNA3/CDNA4 ISA guide):
+
+* SMEM ([ISA] "Scalar Memory Operations"): address = base + offset with the
+  low two bits ignored; ``s_buffer_load`` takes its base from a V# and returns
+  0 for dwords at or beyond num_records.
+* MUBUF ([ISA] "Buffer Addressing", see memory.py): raw (stride 0) and
+  structured addressing, per-dword range check, soffset outside the check,
+  out-of-range loads read 0, out-of-range stores are dropped.
+* LDS DMA (``buffer_load_* ... lds``, ``global_load_lds_*``): each active
+  lane's data goes to LDS at ``M0[17:0] + inst_offset + stride * lane`` with
+  stride 4 for 1/2/4-byte loads and 16 for the gfx950 12/16-byte loads (LLVM
+  "AMDGPU DMA Operations", GFX9 LDS DMA: "implicitly offset by 4 * lane_id
+  bytes for sizes up to 4 bytes, and by 16 * lane_id bytes for larger sizes";
+  the immediate offset is applied to both the global and the LDS address --
+  stated there for the global form, and in the CDNA3 ISA guide's LDS_ADDR
+  formula for MUBUF).  M0 is read when the instruction issues.  The 18-bit M0 field covers gfx950's 160 KiB LDS; FlyDSL's
+  fp4 GEMM sets M0 above 64 KiB, so the 16-bit field of older chips cannot be
+  right here.  Out-of-range lanes write zeros.
+* Global ([ISA] "Global Instructions"): address = (saddr ? s[base:base+1] +
+  zext(v32) : v[addr:addr+1]) + signed instruction offset.
+* DS ([ISA] "Data Share Operations"): address = vaddr + offset (offset0/1 for
+  the ``2`` forms, scaled by the element size, times 64 for ``st64``);
+  out-of-range reads return 0 and out-of-range writes are dropped.
+  ``ds_bpermute_b32``: lane i reads lane ``(addr_i + offset) / 4 mod 64``;
+  a source lane that is inactive supplies 0.
+
+Atomics apply lane by lane in lane order (memory.apply_atomic).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .decode import U32, U64, M32, write_v, ssrc
+from .memory import apply_atomic, decode_vsharp
+
+_AR4 = [np.arange(k, dtype=np.int64) for k in range(17)]
+_ALL_OK = [np.ones((64, k), dtype=bool) for k in range(5)]
+
+
+class ExecError(ValueError):
+    """A run-time condition the emulator refuses to guess about."""
+
+
+# size in bytes and how loaded bytes land in the destination
+_LOAD = {
+    "ubyte": (1, "u"), "sbyte": (1, "s"), "ushort": (2, "u"), "sshort": (2, "s"),
+    "dword": (4, "d"), "dwordx2": (8, "d"), "dwordx3": (12, "d"), "dwordx4": (16, "d"),
+    "short_d16": (2, "lo"), "short_d16_hi": (2, "hi"), "ubyte_d16": (1, "lo"),
+    "ubyte_d16_hi": (1, "hi"), "sbyte_d16": (1, "slo"), "sbyte_d16_hi": (1, "shi"),
+}
+_STORE = {
+    "byte": (1, 0), "short": (2, 0), "dword": (4, 0), "dwordx2": (8, 0),
+    "dwordx3": (12, 0), "dwordx4": (16, 0), "byte_d16_hi": (1, 16), "short_d16_hi": (2, 16),
+}
+_ATOMIC = {
+    "add": "add", "sub": "sub", "swap": "swap", "and": "and", "or": "or", "xor": "xor",
+    "smax": "smax", "smin": "smin", "umax": "umax", "umin": "umin", "inc": "inc", "dec": "dec",
+    "add_f32": "add_f32", "pk_add_f16": "pk_add_f16", "pk_add_bf16": "pk_add_bf16",
+    "add_f64": "add_f64",
+}
+
+
+def _dst_rows(data: np.ndarray, kind: str, old_row=None):
+    """[L, n] bytes -> list of uint32 rows for the destination registers."""
+    n = data.shape[1]
+    if kind == "d":
+        dw = np.ascontiguousarray(data).view("<u4")
+        return [dw[:, k] for k in range(n // 4)]
+    if n == 1:
+        v = data[:, 0].astype(U32)
+        sv = data[:, 0].view(np.int8).astype(np.int32).view(U32)
+    else:
+        v = np.ascontiguousarray(data).view("<u2")[:, 0].astype(U32)
+        sv = np.ascontiguousarray(data).view("<i2")[:, 0].astype(np.int32).view(U32)
+    if kind == "u":
+        return [v]
+    if kind == "s":
+        return [sv]
+    if kind in ("lo", "slo"):
+        x = (sv & U32(0xFFFF)) if kind == "slo" else v
+        return [(old_row & U32(0xFFFF0000)) | x]
+    x = (sv & U32(0xFFFF)) if kind == "shi" else v
+    return [(old_row & U32(0xFFFF)) | (x << U32(16))]
+
+
+def _src_bytes(w, vi, nbytes, shift, lanes):
+    """Bytes [L, nbytes] of the data registers starting at unified index vi."""
+    nd = max(1, (nbytes + 3) // 4)
+    regs = w.v[vi:vi + nd][:, lanes].T
+    if shift:
+        regs = regs >> U32(shift)
+    return np.ascontiguousarray(regs.astype("<u4")).view(np.uint8)[:, :nbytes]
+
+
+def _suffix(name, prefix):
+    return name[len(prefix):]
+
+
+# ------------------------------------------------------------------ SMEM ----
+def build_smem(ins, ctx, name):
+    o = ins.operands
+    if name in ("s_dcache_wb", "s_dcache_inv", "s_dcache_wb_vol", "s_dcache_inv_vol"):
+        return lambda w: None
+    if name in ("s_memtime", "s_memrealtime"):
+        i = o[0].index
+
+        def h(w):
+            t = w.executed
+            w.s[i], w.s[i + 1] = t & M32, (t >> 32) & M32
+        return h
+    buf = name.startswith("s_buffer_load_")
+    sfx = name[len("s_buffer_load_"):] if buf else name[len("s_load_"):]
+    n = {"dword": 1, "dwordx2": 2, "dwordx4": 4, "dwordx8": 8, "dwordx16": 16}.get(sfx)
+    if n is None or not name.startswith(("s_load_", "s_buffer_load_")):
+        return None
+    di = o[0].index
+    bi = o[1].index
+    if len(o) > 2 and o[2].kind == "imm":
+        c = int(o[2].value)            # immediate offsets are signed (21 bits on gfx9)
+        goff = lambda w: c
+    else:
+        goff = ssrc(o[2], ctx) if len(o) > 2 else (lambda w: 0)
+    extra = int(ins.mods.get("offset", 0))
+    for k in ins.mods:
+        if k not in ("glc", "offset", "nv", "dlc"):
+            raise ctx.err(f"unsupported modifier {k!r}")
+    line = ins.line
+
+    def h(w):
+        off = goff(w)
+        if not buf:
+            addr = ((w.s[bi] | (w.s[bi + 1] << 32)) + off + extra) & ~3
+            idx = w.mem.offsets(np.array([addr], dtype=np.uint64), 4 * n, line)[0]
+            vals = w.mem.heap[idx].view("<u4")
+        else:
+            vs = decode_vsharp(w.s[bi:bi + 4])
+            base_off = (off + extra) & ~3
+            vals = np.zeros(n, dtype=np.uint32)
+            ok = [k for k in range(n) if base_off + 4 * k + 4 <= vs["num_records"]]
+            if ok:
+                addrs = np.array([vs["base"] + base_off + 4 * k for k in ok], dtype=np.uint64)
+                idx = w.mem.offsets(addrs, 4, line)
+                vals[ok] = w.mem.heap[idx].view("<u4")[:, 0]
+        for k in range(n):
+            w.s[di + k] = int(vals[k])
+        if di <= 127 < di + n or di <= 126 < di + n:
+            w.sync_exec()
+    return h
+
+
+# ----------------------------------------------------------------- MUBUF ----
+def build_buffer(ins, ctx, name, hz_info):
+    o = ins.operands
+    m = ins.mods
+    for k in m:
+        if k not in ("offen", "idxen", "offset", "lds", "glc", "slc", "nt", "sc0", "sc1"):
+            raise ctx.err(f"unsupported modifier {k!r}")
+    offen, idxen = bool(m.get("offen")), bool(m.get("idxen"))
+    inst_off = int(m.get("offset", 0))
+    lds_mode = bool(m.get("lds"))
+    line = ins.line
+    if name.startswith("buffer_load_"):
+        kind, sfx = "load", _suffix(name, "buffer_load_")
+        if sfx not in _LOAD:
+            return None
+        nbytes, how = _LOAD[sfx]
+    elif name.startswith("buffer_store_"):
+        kind, sfx = "store", _suffix(name, "buffer_store_")
+        if sfx not in _STORE:
+            return None
+        nbytes, shift = _STORE[sfx]
+    elif name.startswith("buffer_atomic_"):
+        kind, sfx = "atomic", _suffix(name, "buffer_atomic_")
+        x2 = sfx.endswith("_x2")
+        op = _ATOMIC.get(sfx[:-3] if x2 else sfx)
+        if op is None:
+            return None
+        nbytes = 8 if (x2 or op == "add_f64") else 4
+    else:
+        return None
+    if kind == "atomic" and (m.get("glc") or m.get("sc0")):
+        ret = True
+    else:
+        ret = False
+    if lds_mode and len(o) == 3:
+        # gfx950 syntax of LDS DMA omits vdata: "buffer_load_dwordx4 vaddr, s[rsrc], soffset offen lds"
+        o = (o[0],) + tuple(o)
+    if len(o) != 4:
+        raise ctx.err(f"{name} takes 4 operands, got {len(o)}")
+    vdata = o[0]
+    vaddr = o[1]
+    rsrc = o[2].index
+    gsoff = ssrc(o[3], ctx)
+    if (offen or idxen) and vaddr.kind not in ("v", "a"):
+        raise ctx.err("offen/idxen need a VGPR address")
+    ai = ctx.vidx(vaddr) if (offen or idxen) else None
+    di = None if lds_mode else ctx.vidx(vdata)
+    if lds_mode and kind != "load":
+        raise ctx.err("lds modifier on a non-load")
+    if lds_mode and how != "d" and nbytes > 4:
+        raise ctx.err("unsupported LDS DMA size")
+    ndw = (nbytes + 3) // 4
+    lane_stride = 4 if nbytes <= 4 else 16      # LLVM AMDGPUDMAOperations: 4*lane (<=4 B), 16*lane (12/16 B)
+    lane_iota = np.arange(64, dtype=np.uint64)
+    hz_info["buffer"] = True
+
+    def address(w, lanes):
+        vs = decode_vsharp(w.s[rsrc:rsrc + 4])
+        if vs["swizzle_en"] or vs["cache_swizzle"]:
+            raise ExecError(f"line {line}: swizzled buffer descriptors are not modelled")
+        if offen:
+            off = w.v[ai + (1 if idxen else 0)][lanes].astype(np.int64) + inst_off
+        else:
+            off = np.full(len(lanes), inst_off, dtype=np.int64)
+        stride = vs["stride"]
+        nr = vs["num_records"]
+        base = vs["base"] + gsoff(w)
+        if stride == 0 and not idxen and not vs["add_tid"]:
+            if int(off.max()) + nbytes <= nr:            # common case: everything in range
+                return (off + base).astype(U64), _ALL_OK[ndw][:len(lanes)]
+            dw_end = off[:, None] + np.minimum(4 * (_AR4[ndw] + 1), nbytes)[None, :]
+            ok = dw_end <= nr                                  # [L, ndw] per-dword check
+            return (off + base).astype(U64), ok
+        vidx = w.v[ai][lanes].astype(U64) if idxen else np.zeros(len(lanes), U64)
+        if vs["add_tid"]:
+            vidx = vidx + lane_iota[lanes]
+        if stride == 0:
+            dw_end = off[:, None] + np.minimum(4 * (_AR4[ndw] + 1), nbytes)[None, :]
+            ok = dw_end <= nr                                  # [L, ndw] per-dword check
+            addr = U64(base) + off.astype(U64)
+        else:
+            ok = np.broadcast_to(((vidx < nr) & (off.astype(U64) < U64(stride)))[:, None], (len(lanes), ndw))
+            addr = U64(base) + off.astype(U64) + vidx * U64(stride)
+        return addr, ok
+
+    def byte_ok(ok):
+        return np.repeat(ok, 4, axis=1)[:, :nbytes]
+
+    if kind == "load":
+        def h(w):
+            lanes = w.active
+            if lanes.size == 0:
+                return
+            addr, ok = address(w, lanes)
+            if ok.all():
+                data = w.mem.gather(w.mem.starts(addr, nbytes, line), nbytes)
+            elif ok.any():
+                bok = byte_ok(ok)
+                data = np.zeros((lanes.size, nbytes), dtype=np.uint8)
+                good = bok.any(axis=1)
+                idx = w.mem.offsets(addr[good], nbytes, line)
+                data[good] = np.where(bok[good], w.mem.heap[idx], 0)
+            else:
+                data = np.zeros((lanes.size, nbytes), dtype=np.uint8)
+            if lds_mode:
+                m0 = w.s[124] & 0x3FFFF
+                laddr = m0 + inst_off + lanes.astype(np.int64) * lane_stride
+                lidx = laddr[:, None] + _AR4[nbytes][None, :]
+                inr = (lidx < w.lds.size).all(axis=1)
+                w.lds[lidx[inr]] = data[inr]
+                if w.hz is not None:
+                    w.hz.note_lds_write(w, lidx[inr], lanes[inr], nbytes)
+                return
+            rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
+            for k, r in enumerate(rows):
+                w.v[di + k, lanes] = r
+    elif kind == "store":
+        def h(w):
+            lanes = w.active
+            if lanes.size == 0:
+                return
+            addr, ok = address(w, lanes)
+            data = _src_bytes(w, di, nbytes, shift, lanes)
+            if ok.all():
+                w.mem.scatter(w.mem.starts(addr, nbytes, line), data)
+            elif ok.any():
+                bok = byte_ok(ok)
+                idx = addr[:, None].astype(np.int64) + _AR4[nbytes][None, :]
+                keep = bok.reshape(-1)
+                flat = idx.reshape(-1)[keep]
+                w.mem.store(w.mem.offsets(flat.astype(U64), 1, line), data.reshape(-1)[keep].reshape(-1, 1))
+    else:
+        def h(w):
+            lanes = w.active
+            if lanes.size == 0:
+                return
+            addr, ok = address(w, lanes)
+            good = ok.all(axis=1)
+            vals = w.v[di:di + nbytes // 4][:, lanes].T.copy()
+            vals = vals.view("<u8")[:, 0] if nbytes == 8 else vals[:, 0]
+            old = np.zeros(lanes.size, dtype=vals.dtype)
+            if good.any():
+                idx = w.mem.offsets(addr[good], nbytes, line)
+                old[good] = w.mem.atomic(op, idx, vals[good], nbytes)
+            if ret:
+                o32 = old.view("<u4").reshape(lanes.size, -1)
+                for k in range(o32.shape[1]):
+                    w.v[di + k, lanes] = o32[:, k]
+    return h, kind, ret, lds_mode, di, ndw, ai, o
+
+
+# ---------------------------------------------------------------- global ----
+def build_global(ins, ctx, name, hz_info):
+    o = ins.operands
+    m = ins.mods
+    for k in m:
+        if k not in ("offset", "glc", "slc", "nt", "sc0", "sc1", "lds"):
+            raise ctx.err(f"unsupported modifier {k!r}")
+    inst_off = int(m.get("offset", 0))
+    flat = name.startswith("flat_")
+    pre = "flat_" if flat else "global_"
+    line = ins.line
+    rest = name[len(pre):]
+    lds_mode = False
+    if rest.startswith("load_lds_"):
+        kind, sfx, lds_mode = "load", rest[len("load_lds_"):], True
+        if sfx not in _LOAD:
+            return None
+        nbytes, how = _LOAD[sfx]
+    elif rest.startswith("load_"):
+        kind, sfx = "load", rest[len("load_"):]
+        if sfx not in _LOAD:
+            return None
+        nbytes, how = _LOAD[sfx]
+    elif rest.startswith("store_"):
+        kind, sfx = "store", rest[len("store_"):]
+        if sfx not in _STORE:
+            return None
+        nbytes, shift = _STORE[sfx]
+    elif rest.startswith("atomic_"):
+        kind, sfx = "atomic", rest[len("atomic_"):]
+        x2 = sfx.endswith("_x2")
+        op = _ATOMIC.get(sfx[:-3] if x2 else sfx)
+        if op is None:
+            return None
+        nbytes = 8 if (x2 or op == "add_f64") else 4
+    else:
+        return None
+    ret = kind == "atomic" and len(o) == (3 if flat else 4)
+    if kind == "load" and not lds_mode:
+        di, ao, so = ctx.vidx(o[0]), o[1], (o[2] if len(o) > 2 else None)
+    elif lds_mode:
+        di, ao, so = None, o[0], (o[1] if len(o) > 1 else None)
+    elif kind == "store" or not ret:
+        ao, di, so = o[0], ctx.vidx(o[1]), (o[2] if len(o) > 2 else None)
+        ri = None
+    else:
+        ri, ao, di, so = ctx.vidx(o[0]), o[1], ctx.vidx(o[2]), (o[3] if len(o) > 3 else None)
+    ai = ctx.vidx(ao)
+    lane_stride = 4 if nbytes <= 4 else 16
+    saddr = so is not None and so.kind == "s"
+    si = so.index if saddr else None
+    if lds_mode and ins.mods.get("lds") is None and not rest.startswith("load_lds_"):
+        raise ctx.err("bad LDS load form")
+
+    def address(w, lanes):
+        if saddr:
+            return U64(w.s[si] | (w.s[si + 1] << 32)) + w.v[ai][lanes].astype(U64) + U64(inst_off & 0xFFFFFFFFFFFFFFFF) if inst_off >= 0 else \
+                U64(w.s[si] | (w.s[si + 1] << 32)) + w.v[ai][lanes].astype(U64) - U64(-inst_off)
+        a = w.v[ai][lanes].astype(U64) | (w.v[ai + 1][lanes].astype(U64) << U64(32))
+        return a + U64(inst_off) if inst_off >= 0 else a - U64(-inst_off)
+
+    if kind == "load":
+        def h(w):
+            lanes = w.active
+            if lanes.size == 0:
+                return
+            data = w.mem.gather(w.mem.starts(address(w, lanes), nbytes, line), nbytes)
+            if lds_mode:
+                m0 = w.s[124] & 0x3FFFF
+                laddr = m0 + inst_off + lanes.astype(np.int64) * lane_stride
+                lidx = laddr[:, None] + _AR4[nbytes][None, :]
+                inr = (lidx < w.lds.size).all(axis=1)
+                w.lds[lidx[inr]] = data[inr]
+                if w.hz is not None:
+                    w.hz.note_lds_write(w, lidx[inr], lanes[inr], nbytes)
+                return
+            rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
+            for k, r in enumerate(rows):
+                w.v[di + k, lanes] = r
+    elif kind == "store":
+        def h(w):
+            lanes = w.active
+            if lanes.size == 0:
+                return
+            w.mem.scatter(w.mem.starts(address(w, lanes), nbytes, line), _src_bytes(w, di, nbytes, shift, lanes))
+    else:
+        def h(w):
+            lanes = w.active
+            if lanes.size == 0:
+                return
+            idx = w.mem.offsets(address(w, lanes), nbytes, line)
+            vals = w.v[di:di + nbytes // 4][:, lanes].T.copy()
+            vals = vals.view("<u8")[:, 0] if nbytes == 8 else vals[:, 0]
+            old = w.mem.atomic(op, idx, vals, nbytes)
+            if ret:
+                o32 = old.view("<u4").reshape(lanes.size, -1)
+                for k in range(o32.shape[1]):
+                    w.v[ri + k, lanes] = o32[:, k]
+    return h, kind, ret, lds_mode, (ri if kind == "atomic" and ret else di), ai, saddr, si
+
+
+# -------------------------------------------------------------------- DS ----
+_DS_READ = {"b32": (4, "d"), "b64": (8, "d"), "b96": (12, "d"), "b128": (16, "d"),
+            "u8": (1, "u"), "i8": (1, "s"), "u16": (2, "u"), "i16": (2, "s"),
+            "u8_d16": (1, "lo"), "u8_d16_hi": (1, "hi"), "i8_d16": (1, "slo"), "i8_d16_hi": (1, "shi"),
+            "u16_d16": (2, "lo"), "u16_d16_hi": (2, "hi")}
+_DS_WRITE = {"b8": (1, 0), "b16": (2, 0), "b32": (4, 0), "b64": (8, 0), "b96": (12, 0), "b128": (16, 0),
+             "b8_d16_hi": (1, 16), "b16_d16_hi": (2, 16)}
+_DS_ATOMIC = {"add_u32": "add", "sub_u32": "sub", "and_b32": "and", "or_b32": "or", "xor_b32": "xor",
+              "max_u32": "umax", "min_u32": "umin", "max_i32": "smax", "min_i32": "smin",
+              "add_f32": "add_f32", "inc_u32": "inc", "dec_u32": "dec", "wrxchg_rtn_b32": "swap",
+              "pk_add_bf16": "pk_add_bf16", "pk_add_f16": "pk_add_f16"}
+
+
+def _lds_read(w, addr, nbytes, lanes):
+    """Gather [L, nbytes] from LDS for byte addresses addr (int64 [L]); OOB reads 0."""
+    size = w.lds.size
+    if nbytes % 4 == 0 and not (addr & 3).any() and addr.size and addr.max() + nbytes <= size:
+        dw = w.lds32[(addr >> 2)[:, None] + _AR4[nbytes // 4][None, :]]
+        return dw.view(np.uint8).reshape(addr.size, nbytes)
+    idx = addr[:, None] + _AR4[nbytes][None, :]
+    ok = (idx >= 0) & (idx < size)
+    out = np.zeros(idx.shape, dtype=np.uint8)
+    out[ok] = w.lds[idx[ok]]
+    return out
+
+
+def _lds_write(w, addr, data):
+    nbytes = data.shape[1]
+    idx = addr[:, None] + _AR4[nbytes][None, :]
+    ok = (idx >= 0) & (idx < w.lds.size)
+    if ok.all():
+        w.lds[idx] = data
+    else:
+        w.lds[idx[ok]] = data[ok]
+    return idx[ok.all(axis=1)]
+
+
+def build_ds(ins, ctx, name, hz_info):
+    o = ins.operands
+    m = ins.mods
+    for k in m:
+        if k not in ("offset", "offset0", "offset1", "gds"):
+            raise ctx.err(f"unsupported modifier {k!r}")
+    if m.get("gds"):
+        raise ctx.err("GDS is not modelled")
+    off = int(m.get("offset", 0))
+    rest = name[3:]
+    line = ins.line
+
+    def addr_of(w, ai, lanes, extra):
+        return w.v[ai][lanes].astype(np.int64) + extra
+
+    if rest.startswith("read_") and rest[5:] in _DS_READ:
+        nbytes, how = _DS_READ[rest[5:]]
+        di, ai = ctx.vidx(o[0]), ctx.vidx(o[1])
+
+        def h(w):
+            lanes = w.active
+            a = addr_of(w, ai, lanes, off)
+            data = _lds_read(w, a, nbytes, lanes)
+            if w.hz is not None:
+                w.hz.check_lds_read(w, a, nbytes, lanes, line)
+            if how == "d" and lanes.size == 64:
+                w.v[di:di + nbytes // 4] = np.ascontiguousarray(data).view("<u4").T
+                return
+            rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
+            for k, r in enumerate(rows):
+                w.v[di + k, lanes] = r
+        return h, "read", di, (nbytes + 3) // 4, [ai]
+    if rest.startswith(("read2_", "read2st64_")) and rest.split("_", 1)[1] in ("b32", "b64"):
+        st = 64 if rest.startswith("read2st64") else 1
+        esz = 4 if rest.endswith("b32") else 8
+        o0, o1 = int(m.get("offset0", 0)) * esz * st, int(m.get("offset1", 0)) * esz * st
+        di, ai = ctx.vidx(o[0]), ctx.vidx(o[1])
+        nd = esz // 4
+
+        def h(w):
+            lanes = w.active
+            base = addr_of(w, ai, lanes, 0)
+            for k, oo in enumerate((o0, o1)):
+                a = base + oo
+                data = _lds_read(w, a, esz, lanes)
+                if w.hz is not None:
+                    w.hz.check_lds_read(w, a, esz, lanes, line)
+                dw = np.ascontiguousarray(data).view("<u4")
+                for j in range(nd):
+                    w.v[di + k * nd + j, lanes] = dw[:, j]
+        return h, "read", di, 2 * nd, [ai]
+    if rest.startswith("write_") and rest[6:] in _DS_WRITE:
+        nbytes, shift = _DS_WRITE[rest[6:]]
+        ai, si = ctx.vidx(o[0]), ctx.vidx(o[1])
+
+        def h(w):
+            lanes = w.active
+            a = addr_of(w, ai, lanes, off)
+            idx = _lds_write(w, a, _src_bytes(w, si, nbytes, shift, lanes))
+            if w.hz is not None:
+                w.hz.note_lds_write(w, idx, lanes, nbytes)
+        return h, "write", None, 0, [ai] + [si + k for k in range((nbytes + 3) // 4)]
+    if rest.startswith(("write2_", "write2st64_")) and rest.split("_", 1)[1] in ("b32", "b64"):
+        st = 64 if rest.startswith("write2st64") else 1
+        esz = 4 if rest.endswith("b32") else 8
+        o0, o1 = int(m.get("offset0", 0)) * esz * st, int(m.get("offset1", 0)) * esz * st
+        ai, s0, s1 = ctx.vidx(o[0]), ctx.vidx(o[1]), ctx.vidx(o[2])
+
+        def h(w):
+            lanes = w.active
+            base = addr_of(w, ai, lanes, 0)
+            for si_, oo in ((s0, o0), (s1, o1)):
+                idx = _lds_write(w, base + oo, _src_bytes(w, si_, esz, 0, lanes))
+                if w.hz is not None:
+                    w.hz.note_lds_write(w, idx, lanes, esz)
+        return h, "write", None, 0, [ai] + [s + k for s in (s0, s1) for k in range(esz // 4)]
+    if rest in ("bpermute_b32", "permute_b32"):
+        di, ai, si = ctx.vidx(o[0]), ctx.vidx(o[1]), ctx.vidx(o[2])
+        back = rest == "bpermute_b32"
+
+        def h(w):
+            sel = ((w.v[ai].astype(np.int64) + off) >> 2) & 63
+            data = np.where(w.exec_mask, w.v[si], U32(0))
+            if back:
+                res = data[sel]
+            else:
+                res = np.zeros(64, dtype=U32)
+                act = np.flatnonzero(w.exec_mask)
+                res[sel[act]] = data[act]
+            write_v(w, di, res)
+        return h, "read", di, 1, [ai, si]
+    atom_name = rest.replace("_rtn", "") if "_rtn_" in rest else rest
+    if atom_name in _DS_ATOMIC:
+        op = _DS_ATOMIC[atom_name]
+        ret = "_rtn_" in rest
+        if ret:
+            ri, ai, si = ctx.vidx(o[0]), ctx.vidx(o[1]), ctx.vidx(o[2])
+        else:
+            ri, ai, si = None, ctx.vidx(o[0]), ctx.vidx(o[1])
+        def h(w):
+            lanes = w.active
+            a = addr_of(w, ai, lanes, off)
+            ok = (a >= 0) & (a + 4 <= w.lds.size)
+            idx = a[ok][:, None] + _AR4[4][None, :]
+            old = np.zeros(lanes.size, dtype=U32)
+            if ok.any():
+                if w.hz is not None:
+                    w.hz.check_lds_read(w, a[ok], 4, lanes[ok], line)
+                old[ok] = apply_atomic(w.lds, op, idx, w.v[si][lanes][ok], 4)
+                if w.hz is not None:
+                    w.hz.note_lds_write(w, idx, lanes[ok], 4)
+            if ret:
+                w.v[ri, lanes] = old
+        return h, ("read" if ret else "write"), ri, (1 if ret else 0), [ai, si]
+    return None
+
+
+# --------------------------------------------------------------- scratch ----
+def build_scratch(ins, ctx, name):
+    """scratch_load/store ([ISA] "Scratch Instructions"; gfx940+ architected flat scratch):
+    per-lane private memory at byte address (vaddr | 0) + (saddr | 0) + offset.  The
+    hardware's per-lane swizzle is invisible to the program, so each lane gets its own
+    byte array of the kernel's private_segment_fixed_size."""
+    o = ins.operands
+    m = ins.mods
+    for k in m:
+        if k not in ("offset", "glc", "slc", "nt", "sc0", "sc1"):
+            raise ctx.err(f"unsupported modifier {k!r}")
+    inst_off = int(m.get("offset", 0))
+    rest = name[len("scratch_"):]
+    line = ins.line
+    if rest.startswith("load_") and rest[5:] in _LOAD:
+        kind = "load"
+        nbytes, how = _LOAD[rest[5:]]
+        di, ao, so = ctx.vidx(o[0]), o[1], o[2]
+    elif rest.startswith("store_") and rest[6:] in _STORE:
+        kind = "store"
+        nbytes, shift = _STORE[rest[6:]]
+        ao, di, so = o[0], ctx.vidx(o[1]), o[2]
+    else:
+        return None
+    ai = ctx.vidx(ao) if ao.kind in ("v", "a") else None
+    si = so.index if so.kind == "s" else None
+    ar = np.arange(nbytes, dtype=np.int64)
+
+    def offsets(w, lanes):
+        a = np.full(lanes.size, inst_off, dtype=np.int64)
+        if ai is not None:
+            a = a + w.v[ai][lanes].astype(np.int64)
+        if si is not None:
+            a = a + w.s[si]
+        idx = a[:, None] + ar[None, :]
+        if idx.size and (idx.min() < 0 or idx.max() >= w.scratch.shape[1]):
+            raise ExecError(f"line {line}: scratch access at byte {int(idx.min())}..{int(idx.max())} is outside "
+                            f"the kernel's {w.scratch.shape[1]}-byte private segment")
+        return idx
+
+    if kind == "load":
+        def h(w):
+            lanes = w.active
+            data = w.scratch[lanes[:, None], offsets(w, lanes)]
+            rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
+            for k, r in enumerate(rows):
+                w.v[di + k, lanes] = r
+        reads = {ai} if ai is not None else set()
+        writes = set(range(di, di + (nbytes + 3) // 4))
+    else:
+        def h(w):
+            lanes = w.active
+            w.scratch[lanes[:, None], offsets(w, lanes)] = _src_bytes(w, di, nbytes, shift, lanes)
+        reads = ({ai} if ai is not None else set()) | set(range(di, di + (nbytes + 3) // 4))
+        writes = set()
+    sreads = {si} if si is not None else set()
+    return h, reads, writes, sreads

@@ -1,0 +1,241 @@
+"""The emulated global address space and the memory-op helpers.
+
+All kernel arguments (and the kernarg segment itself) live in one flat numpy
+byte heap mapped at ``HEAP_BASE``; a buffer occupies ``[addr, addr+nbytes)``
+and buffers are separated by unmapped guard gaps.  A global access that
+touches a byte outside every mapped buffer is a memory fault (an error naming
+the line), not a silent read of garbage.
+
+Buffer (MUBUF) addressing follows the CDNA3/CDNA4 ISA guide, "Buffer
+Instructions / Buffer Addressing": the V# holds base[47:0] (dwords 0-1),
+stride (dword1[29:16]), num_records (dword2) and flags (dword3, ADD_TID_ENABLE
+is bit 23).  For a raw buffer (stride 0) the per-lane byte offset is
+``inst_offset + (offen ? vgpr : 0)``; ``soffset`` is added to the address but
+is *excluded* from the range check (LLVM IntrinsicsAMDGPU.td, raw buffer load:
+"soffset ... excluded from bounds checking").  Each dword of a multi-dword
+access is range-checked on its own; out-of-range loads return 0 and
+out-of-range stores are dropped.
+
+Multi-process launches record every store/atomic of a workgroup in a journal
+that the parent replays in workgroup order, so processes=N gives the same bytes
+as processes=1.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+HEAP_BASE = 0x1_0000_0000
+GUARD = 4096
+ALIGN = 256
+
+
+class MemoryFault(ValueError):
+    """A global access hit an address no argument buffer covers."""
+
+
+def _round_up(x, a):
+    return (x + a - 1) // a * a
+
+
+class FlatMemory:
+    """One byte heap holding every mapped buffer; addresses are 64-bit ints."""
+
+    def __init__(self):
+        self.regions = []          # (name, offset, nbytes)
+        self._size = GUARD
+        self.heap = None
+        self.valid = None
+        self.journal = None        # list while journaling (multi-process workers)
+
+    # ---- set-up (before finalize) ----
+    def reserve(self, name: str, nbytes: int) -> int:
+        """Reserve ``nbytes`` and return the buffer's address."""
+        off = _round_up(self._size, ALIGN)
+        self.regions.append((name, off, int(nbytes)))
+        self._size = off + _round_up(max(int(nbytes), 1), ALIGN) + GUARD
+        return HEAP_BASE + off
+
+    def finalize(self):
+        self._size = _round_up(self._size, 16)
+        self.heap = np.zeros(self._size, dtype=np.uint8)
+        self.heap32 = self.heap.view(np.uint32)
+        self.valid = np.zeros(self._size, dtype=bool)
+        for _, off, n in self.regions:
+            self.valid[off:off + n] = True
+        self._starts = np.array([off for _, off, _ in self.regions], dtype=np.int64)
+        self._ends = np.array([off + n for _, off, n in self.regions], dtype=np.int64)
+
+    def write_bytes(self, addr: int, data) -> None:
+        b = np.frombuffer(memoryview(data), dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).reshape(-1)
+        off = addr - HEAP_BASE
+        self.heap[off:off + b.size] = b
+
+    def read_bytes(self, addr: int, n: int) -> np.ndarray:
+        off = addr - HEAP_BASE
+        return self.heap[off:off + n]
+
+    # ---- address checks ----
+    def offsets(self, addrs: np.ndarray, nbytes: int, line: int) -> np.ndarray:
+        """Heap byte offsets [lanes, nbytes] for byte addresses; faults on unmapped bytes."""
+        base = addrs.astype(np.int64) - HEAP_BASE
+        idx = base[:, None] + np.arange(nbytes, dtype=np.int64)[None, :]
+        if idx.size and (idx.min() < 0 or idx.max() >= self.heap.size or not self.valid[idx].all()):
+            bad = addrs[(~self._ok(idx)).any(axis=1)] if idx.size else addrs
+            raise MemoryFault(f"line {line}: global access to unmapped address 0x{int(bad[0]):x} "
+                              f"(no argument buffer covers it)")
+        return idx
+
+    def starts(self, addrs: np.ndarray, nbytes: int, line: int) -> np.ndarray:
+        """Heap offsets (int64 [lanes]) of accesses of ``nbytes`` each; faults on unmapped bytes.
+
+        Fast path: all accesses inside one mapped buffer (checked on the extremes)."""
+        off = addrs.astype(np.int64) - HEAP_BASE
+        if off.size == 0:
+            return off
+        lo, hi = int(off.min()), int(off.max()) + nbytes
+        k = int(np.searchsorted(self._starts, lo, side="right")) - 1
+        if k >= 0 and lo >= self._starts[k] and hi <= self._ends[k]:
+            return off
+        self.offsets(addrs, nbytes, line)      # slow path raises with the faulting address
+        return off
+
+    def gather(self, off: np.ndarray, nbytes: int) -> np.ndarray:
+        """Bytes [lanes, nbytes] at heap offsets ``off`` (already validated)."""
+        if nbytes % 4 == 0 and not (off & 3).any():
+            dw = self.heap32[(off >> 2)[:, None] + np.arange(nbytes // 4)[None, :]]
+            return dw.view(np.uint8).reshape(off.size, nbytes)
+        return self.heap[off[:, None] + np.arange(nbytes)[None, :]]
+
+    def scatter(self, off: np.ndarray, data: np.ndarray) -> None:
+        """Store bytes [lanes, nbytes] at validated heap offsets (journaled when needed)."""
+        idx = off[:, None] + np.arange(data.shape[1])[None, :]
+        self.store(idx, data)
+
+    def _ok(self, idx):
+        inr = (idx >= 0) & (idx < self.heap.size)
+        ok = np.zeros(idx.shape, dtype=bool)
+        ok[inr] = self.valid[idx[inr]]
+        return ok
+
+    # ---- plain loads / stores on [lanes, nbytes] offset arrays ----
+    def load(self, idx: np.ndarray) -> np.ndarray:
+        return self.heap[idx]
+
+    def store(self, idx: np.ndarray, data: np.ndarray) -> None:
+        self.heap[idx] = data
+        if self.journal is not None:
+            self.journal.append(("st", idx.copy(), np.array(data, copy=True)))
+
+    def atomic(self, op: str, idx: np.ndarray, data: np.ndarray, nbytes: int) -> np.ndarray:
+        """Apply an atomic lane by lane (lane order); returns the old values."""
+        if self.journal is not None:
+            self.journal.append(("at", op, idx.copy(), np.array(data, copy=True), nbytes))
+        return apply_atomic(self.heap, op, idx, data, nbytes)
+
+    def replay(self, journal) -> None:
+        for entry in journal:
+            if entry[0] == "st":
+                self.heap[entry[1]] = entry[2]
+            else:
+                apply_atomic(self.heap, entry[1], entry[2], entry[3], entry[4])
+
+
+def _bf16_round(f32: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits, round to nearest even; NaN stays a quiet NaN."""
+    b = f32.view(np.uint32).astype(np.uint64)
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint32)
+    nan = np.isnan(f32)
+    if nan.any():
+        r = np.where(nan, ((b >> 16) | 0x40).astype(np.uint32), r)
+    return r & 0xFFFF
+
+
+def _combine(op: str, old: np.ndarray, val: np.ndarray) -> np.ndarray:
+    """New value of one atomic step on uint32 (or uint64) words."""
+    if op == "add":
+        return old + val
+    if op == "sub":
+        return old - val
+    if op == "swap":
+        return val
+    if op == "and":
+        return old & val
+    if op == "or":
+        return old | val
+    if op == "xor":
+        return old ^ val
+    if op == "umax":
+        return np.maximum(old, val)
+    if op == "umin":
+        return np.minimum(old, val)
+    if op in ("smax", "smin"):
+        s = np.int32 if old.dtype == np.uint32 else np.int64
+        f = np.maximum if op == "smax" else np.minimum
+        return f(old.view(s), val.view(s)).view(old.dtype)
+    if op == "inc":
+        return np.where(old >= val, 0, old + 1).astype(old.dtype)
+    if op == "dec":
+        return np.where((old == 0) | (old > val), val, old - 1).astype(old.dtype)
+    if op == "add_f32":
+        return (old.view(np.float32) + val.view(np.float32)).view(np.uint32)
+    if op == "add_f64":
+        return (old.view(np.float64) + val.view(np.float64)).view(np.uint64)
+    if op in ("pk_add_bf16", "pk_add_f16"):
+        halves = []
+        for sh in (0, 16):
+            a = (old >> sh) & 0xFFFF
+            b = (val >> sh) & 0xFFFF
+            if op == "pk_add_bf16":
+                # bf16 + bf16 is exact enough in f32 that one RNE rounding to bf16 is exact
+                s = (a << 16).view(np.float32) + (b << 16).view(np.float32)
+                halves.append(_bf16_round(s))
+            else:
+                s = a.astype(np.uint16).view(np.float16) + b.astype(np.uint16).view(np.float16)
+                halves.append(s.view(np.uint16).astype(np.uint32))
+        return (halves[0] | (halves[1] << 16)).astype(np.uint32)
+    raise ValueError(f"unknown atomic operation {op!r}")
+
+
+def apply_atomic(heap: np.ndarray, op: str, idx: np.ndarray, data: np.ndarray, nbytes: int) -> np.ndarray:
+    """Atomics on [lanes, nbytes] heap offsets; lanes hitting the same word go in lane order."""
+    dt = np.uint32 if nbytes == 4 else np.uint64
+    words = idx[:, 0]
+    old_all = np.empty(len(words), dtype=dt)
+    remaining = np.arange(len(words))
+    while remaining.size:
+        _, first = np.unique(words[remaining], return_index=True)
+        sel = remaining[np.sort(first)]
+        cur = heap[idx[sel]].copy().view(dt).reshape(-1)
+        old_all[sel] = cur
+        new = _combine(op, cur, data[sel].astype(dt)).astype(dt)
+        heap[idx[sel]] = new.view(np.uint8).reshape(len(sel), nbytes)
+        remaining = np.setdiff1d(remaining, sel, assume_unique=True)
+    return old_all
+
+
+_VSHARP_CACHE: dict = {}
+
+
+def decode_vsharp(words) -> dict:
+    """Fields of a 128-bit buffer resource (V#) given as 4 uint32 (CDNA ISA "Buffer Resource")."""
+    key = tuple(words)
+    hit = _VSHARP_CACHE.get(key)
+    if hit is not None:
+        return hit
+    if len(_VSHARP_CACHE) > 4096:
+        _VSHARP_CACHE.clear()
+    _VSHARP_CACHE[key] = r = _decode_vsharp(key)
+    return r
+
+
+def _decode_vsharp(words) -> dict:
+    w0, w1, w2, w3 = (int(x) & 0xFFFFFFFF for x in words)
+    return {
+        "base": w0 | ((w1 & 0xFFFF) << 32),
+        "stride": (w1 >> 16) & 0x3FFF,
+        "cache_swizzle": (w1 >> 30) & 1,
+        "swizzle_en": (w1 >> 31) & 1,
+        "num_records": w2,
+        "add_tid": (w3 >> 23) & 1,
+        "word3": w3,
+    }
