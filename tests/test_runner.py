@@ -1,24 +1,36 @@
 """The runner's edges: argument conversion, backend refusal, the gate's arithmetic."""
 
 import pytest
-import torch
-
 from mxfp4_ablation import runner
 
 
 def test_emulator_args_converts_entries():
+    import torch
+
     t = torch.zeros(4, dtype=torch.uint8)
     entries = [
         {"name": "A", "kind": "global_buffer", "offset": 0, "size": 8, "tensor": t},
-        {"name": "A.layout", "kind": "by_value", "offset": 8, "size": 8, "bytes": (4).to_bytes(4, "little") + (1).to_bytes(4, "little")},
+        {"name": "A.layout", "kind": "by_value", "offset": 8, "size": 8,
+         "bytes": (4).to_bytes(4, "little") + (1).to_bytes(4, "little")},
         {"name": "M", "kind": "by_value", "offset": 16, "size": 4, "bytes": (-1).to_bytes(4, "little", signed=True)},
+        7,
     ]
     args = runner.emulator_args(entries)
-    assert args[0] is t
-    assert args[1] == 4 + (1 << 32)
-    assert args[2] == 0xFFFFFFFF
+    assert args[0] is t and args[1] == 4 + (1 << 32) and args[2] == 0xFFFFFFFF and args[3] == 7
     with pytest.raises(ValueError, match="unknown kind"):
         runner.emulator_args([{"name": "x", "kind": "hidden_arg"}])
+
+
+def test_switches_reach_functions_that_take_them():
+    def plain(inputs):
+        return ["plain", inputs]
+
+    def abi(inputs, int64_abi=False, exp2=False):
+        return ["abi", int64_abi, exp2]
+
+    assert runner._call_with_switches(plain, 1, frozenset({"int64_abi"})) == ["plain", 1]
+    assert runner._call_with_switches(abi, 1, frozenset({"int64_abi"})) == ["abi", True, False]
+    assert runner._call_with_switches(abi, 1, frozenset()) == ["abi", False, False]
 
 
 def test_unknown_backend_and_variant_are_clear():

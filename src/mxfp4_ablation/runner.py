@@ -12,10 +12,11 @@ The kernel module of a variant family provides the pieces (see ``mxfp4_ablation.
 * ``make_inputs(*shape, seed=...) -> dict`` of torch tensors in the kernel's layouts;
 * ``reference(inputs) -> Tensor``: what the kernel must produce;
 * ``OUTPUT``: the key of the output tensor in ``inputs``;
-* ``kernel_args(inputs) -> list``: the kernarg list for the emulator, one entry per metadata ``.args``
-  item (dicts with ``kind`` ``global_buffer`` + ``tensor`` or ``by_value`` + ``bytes``);
+* ``kernel_args(inputs[, **switches]) -> list``: the kernarg list for :func:`gfx950emu.launch`, one
+  entry per metadata ``.args`` item (tensors, ints, or ``common.kernarg_entries`` dicts);
 * ``launch_config(*shape) -> (grid, block)``;
-* ``build(*shape, **switches)``: the FlyDSL launcher, and ``device_args(inputs)`` for the device path.
+* ``build(*shape, **switches)``: the FlyDSL launcher, and ``device_args(inputs[, **switches])`` for the
+  device path.
 
 The verdict (:data:`COSINE_MIN`, zero hazards) is the project's correctness gate.
 """
@@ -23,6 +24,7 @@ The verdict (:data:`COSINE_MIN`, zero hazards) is the project's correctness gate
 from __future__ import annotations
 
 import importlib
+import inspect
 import time
 from typing import Any
 
@@ -43,17 +45,29 @@ def _require(module, *names: str) -> None:
         raise ValueError(f"{module.__name__} does not provide {', '.join(missing)} (needed to run it)")
 
 
-def emulator_args(entries: list[dict]) -> list:
-    """Kernel-module kernarg entries -> :func:`gfx950emu.launch` args (tensors and little-endian ints)."""
+def emulator_args(entries: list) -> list:
+    """Kernel-module kernarg entries -> plain :func:`gfx950emu.launch` args (tensors and little-endian
+    ints); values that are not ``common.kernarg_entries`` dicts pass through unchanged."""
     args = []
     for entry in entries:
-        if entry["kind"] == "global_buffer":
+        if not isinstance(entry, dict):
+            args.append(entry)
+        elif entry.get("kind") == "global_buffer":
             args.append(entry["tensor"])
-        elif entry["kind"] == "by_value":
+        elif entry.get("kind") == "by_value":
             args.append(int.from_bytes(entry["bytes"], "little"))
         else:
-            raise ValueError(f"kernel argument {entry.get('name')!r} has unknown kind {entry['kind']!r}")
+            raise ValueError(f"kernel argument {entry.get('name')!r} has unknown kind {entry.get('kind')!r}")
     return args
+
+
+def _call_with_switches(func, inputs: dict, switches: frozenset):
+    """``func(inputs, **switches)`` when ``func`` takes switches (e.g. an ABI switch changes the
+    kernel arguments), else ``func(inputs)``."""
+    params = inspect.signature(func).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params) or switches & {p.name for p in params}:
+        return func(inputs, **{name: True for name in sorted(switches)})
+    return func(inputs)
 
 
 def _compare(out, ref) -> dict[str, Any]:
@@ -98,7 +112,7 @@ def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulato
         grid, block = module.launch_config(**shape_args)
         program = gfx950emu.load(art.isa)
         start = time.perf_counter()
-        run = gfx950emu.launch(program, grid=grid, block=block, args=emulator_args(module.kernel_args(inputs)),
+        run = gfx950emu.launch(program, grid=grid, block=block, args=_call_with_switches(module.kernel_args, inputs, variant.switches),
                                hazards=hazards, processes=processes)
         result["seconds"] = round(time.perf_counter() - start, 3)
         result["compile_seconds"] = art.compile_seconds
@@ -111,7 +125,7 @@ def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulato
         on_gpu = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in inputs.items()}
         launcher = module.build(**params)
         start = time.perf_counter()
-        launcher(*module.device_args(on_gpu))
+        launcher(*_call_with_switches(module.device_args, on_gpu, variant.switches))
         torch.cuda.synchronize()
         result["seconds"] = round(time.perf_counter() - start, 3)
         result["hazards"] = 0
