@@ -298,9 +298,27 @@ def _plan(sp: MfmaSpec, fa: str, fb: str) -> _Plan:
     )
 
 
+_E8M0 = fpf.decode_e8m0(np.arange(256))  # float64 value of every scale byte
+
+
 def _decode_values(fmt: str, regs: np.ndarray) -> np.ndarray:
-    """Lane registers [64, n] -> float64 element values [64, per_lane]."""
-    codes = fpf.unpack(regs, _BITS[fmt])
+    """Lane registers [64, n] (uint32) -> float64 element values [64, per_lane].
+
+    4- and 8-bit formats take a fast path (a byte view of the little-endian registers and a table
+    lookup, element 0 in the lowest bits, as :func:`fpformats.unpack`); the MFMA is the emulator's
+    hottest instruction. Other widths go through :func:`fpformats.unpack`.
+    """
+    width = _BITS[fmt]
+    if width in (4, 8) and fmt not in ("bf16", "f16"):
+        data = np.ascontiguousarray(regs, dtype=np.uint32).view(np.uint8)
+        if width == 4:
+            codes = np.empty((data.shape[0], data.shape[1] * 2), dtype=np.uint8)
+            codes[:, 0::2] = data & 0x0F
+            codes[:, 1::2] = data >> 4
+        else:
+            codes = data
+        return fpf._table(fmt)[codes]
+    codes = fpf.unpack(regs, width)
     if fmt == "bf16":
         return fpf.f32_from_bf16_bits(codes).astype(np.float64)
     if fmt == "f16":
@@ -312,8 +330,8 @@ def _lane_scales(scale, sel: int, name: str) -> np.ndarray:
     s = np.asarray(scale)
     if s.shape != (64,):
         raise ValueError(f"{name} must hold one scale VGPR value per lane, shape (64,), got {s.shape}")
-    byte = (s.astype(np.uint32) >> np.uint32(8 * sel)) & 0xFF
-    return fpf.decode_e8m0(byte)
+    byte = (s.astype(np.uint32, copy=False) >> np.uint32(8 * sel)) & 0xFF
+    return _E8M0[byte]
 
 
 def _check_regs(x, n: int, name: str) -> np.ndarray:
@@ -322,7 +340,7 @@ def _check_regs(x, n: int, name: str) -> np.ndarray:
         raise ValueError(f"{name} must be the wave's registers, shape (64, {n}), got {a.shape}")
     if a.dtype.kind not in "ui":
         raise ValueError(f"{name} must hold raw register bits as unsigned integers, got dtype {a.dtype}")
-    return a.astype(np.uint32)
+    return a.astype(np.uint32, copy=False)
 
 
 def _bit(t, i: int) -> int:
