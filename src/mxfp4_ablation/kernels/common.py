@@ -1,0 +1,208 @@
+"""Small helpers shared by our FlyDSL kernels (gfx950 only).
+
+The kernels in this package talk to the hardware through a handful of
+primitives: buffer resources, ``buffer_load`` to VGPRs, ``buffer_load ... lds``
+(LDS DMA), ``ds_read`` through a raw LDS pointer, ``buffer_store`` and the
+scaled MFMA.  Keeping them here lets ``mfma_tile`` and ``gemm`` read like the
+data movement they describe instead of like MLIR plumbing.
+
+The IR helpers must be called from inside a ``@flyc.kernel`` body (they emit IR
+at the current insertion point); the kernarg helpers at the bottom
+(``kernarg_entries``, ``kernarg_values``, ``metadata_args``) are plain Python.
+"""
+
+from __future__ import annotations
+
+import flydsl.expr as fx
+from flydsl._mlir import ir
+from flydsl._mlir.dialects import llvm
+from flydsl.expr import rocdl
+from flydsl.expr.typing import T
+
+#: MFMA operand format code for E2M1 (fp4) in the ``cbsz`` / ``blgp`` fields of
+#: ``v_mfma_scale_f32_16x16x128_f8f6f4`` (0=fp8 e4m3, 1=bf8, 2=fp6, 3=bf6, 4=fp4).
+FMT_FP4 = 4
+
+
+def raw(v):
+    """Unwrap an fx value (Int32, Vector, ...) into a plain ``ir.Value``."""
+    return v if isinstance(v, ir.Value) else fx.as_ir_value(v)
+
+
+def i32(v):
+    """Coerce a Python int or fx/ir integer into an ``ir.Value`` of type i32."""
+    if isinstance(v, ir.Value) and v.type == T.i32:
+        return v
+    return raw(fx.Int32(v))
+
+
+def vec_type(n: int, elem=None):
+    """``vector<n x elem>`` (elem defaults to i32)."""
+    return ir.VectorType.get([n], elem if elem is not None else T.i32)
+
+
+def buffer_rsrc(tensor, nbytes=None):
+    """A buffer resource (V#) for ``tensor``; ``nbytes`` enables the hardware
+    out-of-bounds check against that many bytes (loads past it return 0,
+    stores are dropped)."""
+    bt = fx.rocdl.make_buffer_tensor(tensor, max_size=nbytes is None, num_records_bytes=nbytes)
+    return fx.rocdl.get_buffer_rsrc(fx.get_iter(bt))
+
+
+def uniform(v):
+    """``v_readfirstlane``: force a (wave-uniform) value into an SGPR."""
+    return rocdl.readfirstlane(T.i32, i32(v))
+
+
+def buffer_load(rsrc, voffset, n_dwords: int, soffset=0):
+    """``buffer_load_dword{,x2,x3,x4}``: n_dwords i32 per lane from ``rsrc`` at
+    byte offset ``voffset`` (per lane) + ``soffset`` (scalar)."""
+    ty = T.i32 if n_dwords == 1 else vec_type(n_dwords)
+    return rocdl.raw_ptr_buffer_load(ty, raw(rsrc), i32(voffset), i32(soffset), aux=0)
+
+
+def buffer_store(value, rsrc, voffset, soffset=0):
+    """``buffer_store_dword*`` of ``value`` (i32 or vector of i32/f32)."""
+    aux = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 0)
+    rocdl.raw_ptr_buffer_store(raw(value), raw(rsrc), i32(voffset), i32(soffset), aux=aux)
+
+
+def lds_ptr(addr_i32):
+    """An ``!llvm.ptr<3>`` (LDS pointer) from an i32 byte address."""
+    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), i32(addr_i32))
+
+
+def lds_addr(field):
+    """Byte address (i32) of an allocated LDS field (``lds.<name>``)."""
+    return fx.Int32(fx.ptrtoint(field.ptr))
+
+
+def lds_dma_dwordx4(rsrc, lds_base, voffset, soffset=0):
+    """``buffer_load_dwordx4 ... offen lds``: every lane fetches 16 bytes from
+    global ``voffset``+``soffset`` and the hardware writes lane ``l``'s bytes to
+    LDS ``M0 + 16*l`` (M0 = ``lds_base``, which must be wave-uniform).  The data
+    never passes through VGPRs."""
+    rocdl.raw_ptr_buffer_load_lds(raw(rsrc), lds_ptr(lds_base), i32(16), i32(voffset), i32(soffset), i32(0), i32(0))
+
+
+def ds_read_b128(addr_i32):
+    """``ds_read_b128``: 16 bytes per lane from LDS byte address ``addr_i32``
+    (per lane, 16-byte aligned), as ``vector<4xi32>``."""
+    return llvm.LoadOp(vec_type(4), lds_ptr(addr_i32), alignment=16).result
+
+
+def ds_read_b32(addr_i32):
+    """``ds_read_b32``: one i32 per lane from LDS byte address ``addr_i32``."""
+    return llvm.LoadOp(T.i32, lds_ptr(addr_i32), alignment=4).result
+
+
+def fp4_operand(v4i32):
+    """Widen a 16-byte fp4 operand (32 E2M1 values per lane) to the 8-dword
+    operand the scaled-MFMA intrinsic expects (the upper half is ignored for
+    fp4, so it is zero)."""
+    zero = raw(fx.Int32(0))
+    parts = [llvm.extractelement(raw(v4i32), raw(fx.Int32(i))) for i in range(4)]
+    return raw(fx.Vector.from_elements([fx.Int32(p) for p in parts] + [fx.Int32(zero)] * 4, fx.Int32))
+
+
+def mfma_scale_fp4(a, b, acc, scale_a, scale_b, opsel_a=0, opsel_b=0):
+    """The plain (compiler-allocated) ``v_mfma_scale_f32_16x16x128_f8f6f4`` with
+    both operands fp4 (cbsz=blgp=4): returns ``acc + (A*sa) x (B*sb)`` as
+    ``vector<4xf32>``.  ``a``/``b`` are 16-byte ``vector<4xi32>`` operands;
+    ``scale_a``/``scale_b`` i32 registers whose byte ``opsel_*`` is the E8M0
+    scale of this lane's 32-element K block."""
+    return rocdl.mfma_scale_f32_16x16x128_f8f6f4(
+        vec_type(4, T.f32),
+        [fp4_operand(a), fp4_operand(b), raw(acc), FMT_FP4, FMT_FP4, opsel_a, i32(scale_a), opsel_b, i32(scale_b)],
+    )
+
+
+def zeros_f32x4():
+    """A ``vector<4xf32>`` of zeros (an accumulator's initial value)."""
+    return raw(fx.Vector.from_elements([fx.Float32(0.0)] * 4, fx.Float32))
+
+
+# --------------------------------------------------------------------------- kernargs
+#
+# How FlyDSL 0.5 lays out the kernel arguments (read off the metadata ``.args`` of
+# our compiled kernels, and FlyDSL's ``compiler/jit_argument.py``):
+#
+# * an ``fx.Tensor`` becomes TWO entries: a ``global_buffer`` (the 8-byte base
+#   pointer) followed by a ``by_value`` block holding every dimension as an i32,
+#   then the stride of every non-unit-stride dimension as an i64 (a 2-D row-major
+#   tensor: ``<i32 rows, i32 cols, i64 row_stride>`` = 16 bytes);
+# * an ``fx.Int32`` becomes one 4-byte ``by_value``.
+#
+# Each entry is aligned to its natural alignment (8 for pointers and for blocks
+# holding an i64, else 4).
+
+
+def _tensor_layout_bytes(t) -> bytes:
+    import struct
+
+    shape = [int(d) for d in t.shape]
+    strides = [int(s) for s in t.stride()]
+    dyn_strides = [s for s in strides if s != 1]
+    return struct.pack("<" + "i" * len(shape) + "q" * len(dyn_strides), *shape, *dyn_strides)
+
+
+def kernarg_values(spec) -> list:
+    """The kernarg list ``gfx950emu.launch(args=...)`` takes, one value per metadata
+    ``.args`` entry: the tensor itself for a ``global_buffer``, and for a
+    ``by_value`` its bytes as one little-endian int (the emulator packs an int into
+    the entry's size)."""
+    return [e["tensor"] if e["kind"] == "global_buffer" else int.from_bytes(e["bytes"], "little")
+            for e in kernarg_entries(spec)]
+
+
+def kernarg_entries(spec) -> list:
+    """Turn ``[(name, value), ...]`` (a torch tensor or a Python int each, in the
+    kernel's parameter order) into a described kernarg list, one dict per
+    metadata ``.args`` entry, in order:
+
+    * ``{"name", "kind": "global_buffer", "offset", "size": 8, "tensor"}`` -- the
+      emulator allocates ``tensor``'s bytes and writes their address here;
+    * ``{"name", "kind": "by_value", "offset", "size", "bytes"}`` -- raw bytes.
+    """
+    out, offset = [], 0
+    for name, value in spec:
+        if isinstance(value, bool) or not (isinstance(value, int) or hasattr(value, "stride")):
+            raise ValueError(f"kernel argument {name!r} must be a torch tensor or an int, got {type(value).__name__}.")
+        if isinstance(value, int):
+            offset = -(-offset // 4) * 4
+            out.append({"name": name, "kind": "by_value", "offset": offset, "size": 4,
+                        "bytes": int(value).to_bytes(4, "little", signed=True)})
+            offset += 4
+            continue
+        offset = -(-offset // 8) * 8
+        out.append({"name": name, "kind": "global_buffer", "offset": offset, "size": 8, "tensor": value})
+        offset += 8
+        layout = _tensor_layout_bytes(value)
+        align = 8 if len(layout) % 8 == 0 and len(layout) > len(value.shape) * 4 else 4
+        offset = -(-offset // align) * align
+        out.append({"name": f"{name}.layout", "kind": "by_value", "offset": offset, "size": len(layout),
+                    "bytes": layout})
+        offset += len(layout)
+    return out
+
+
+def metadata_args(isa_text: str) -> list:
+    """The ``.args`` list of the first kernel in an ``.s`` file's AMDGPU metadata,
+    as ``[{"offset", "size", "value_kind"}, ...]`` (for checking kernarg_entries)."""
+    lines = isa_text.split(".amdgpu_metadata", 1)[-1].splitlines()
+    start = next((n for n, line in enumerate(lines) if line.strip() == ".args:"), None)
+    if start is None:
+        raise ValueError("the ISA text has no AMDGPU metadata .args list.")
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    args = []
+    for line in lines[start + 1:]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        text = line.strip()
+        if text.startswith("- "):
+            args.append({})
+            text = text[2:]
+        if text.startswith(".") and ":" in text and args:
+            key, _, value = text[1:].partition(":")
+            args[-1][key.strip()] = value.strip()
+    return [{"offset": int(a["offset"]), "size": int(a["size"]), "value_kind": a["value_kind"]} for a in args]

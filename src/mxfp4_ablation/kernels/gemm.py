@@ -1,0 +1,806 @@
+"""The study's dense MXFP4 GEMM for gfx950, with one switch per optimisation.
+
+``C[M, N] (bf16, row-major) = A[M, K] . B[N, K]^T`` where A and B are MXFP4:
+two E2M1 values per byte (``formats.pack_fp4``) and one E8M0 scale per 1x32
+block along K.  A is row-major ``uint8[M, K/2]``; B is
+``formats.shuffle_weight_b`` of ``uint8[N, K/2]``; both scale tensors are
+``formats.shuffle_scales`` of ``uint8[rows, K/32]``.
+
+Geometry (fixed): one workgroup = 256 threads = 4 waves in 2x2 computes a
+256x256 tile of C; wave ``(wi, wj)`` owns four 64x64 blocks ``(h, v)`` with
+rows ``128h + 64wi + [0, 64)`` and columns ``128v + 64wj + [0, 64)`` of the
+tile, each a 4x4 grid of 16x16 accumulators fed by
+``v_mfma_scale_f32_16x16x128_f8f6f4`` (fp4 x fp4, ``cbsz:4 blgp:4``).  One K
+step is 256 fp4 (two MFMAs per accumulator, the two 128-K halves being picked
+by ``op_sel_hi`` out of the same scale word): 128 MFMAs per wave per K step.
+
+Data movement: A and B go global -> LDS with ``buffer_load_dwordx4 ... lds``
+(LDS DMA) into a two-stage ping-pong (stage = A half 0/1 + B half 0/1, 16 KiB
+each, 128 KiB in all) while the MFMAs of the other stage run; A rows are
+stored XOR-swizzled (16-byte slot ``c ^ (row % 8)``) so the ``ds_read_b128``
+of 16 rows does not hit one bank group; B's preshuffled 1 KiB blocks are
+copied verbatim, so lane ``l`` reads its operand at ``16*l``.  Workgroups walk
+the tiles in an XCD-aware order (see :func:`tile_order`).
+
+One K step ``k`` (stage ``k % 2``), as emitted by ``_Steps.step``::
+
+    s_waitcnt vmcnt(N) ; s_barrier        # stage k landed for every wave (N from _Plan)
+    ds_read_b128 x32                      # A0, B0, A1, B1 fragments of this wave
+    s_waitcnt lgkmcnt(0) ; s_barrier      # everyone is done reading stage k % 2 ...
+    scale loads for k+1 (or ring gather for k+3), LDS-DMA of step k+2 into stage k % 2
+    128 MFMAs: blocks (0,0) (0,1) (1,0) (1,1)
+
+The loop body holds two K steps (so the stage is static); step 0 (with agpr_acc)
+and the last 2-3 steps, which issue fewer loads, are unrolled around it.  Any K
+that is a multiple of 256 works; the runtime loop appears from K = 1024 (v0),
+1280 (v1-v3) and 1536 (v4-v7), see :func:`min_k_for_loop`.  The
+hand-placed vmcnt counts come from replaying the issue order (:class:`_Plan`);
+``gfx950emu``'s waitcnt checker and numeric runs confirm them (tests).
+
+Variants are data: :data:`SWITCHES` names the optimisations (each documented
+with the seed's claim, the mechanism, and the ISA metric that should move),
+:data:`LADDER` the cumulative variants ``gemm-v0`` .. ``gemm-v7``, and
+:func:`leave_one_out` the ``gemm-v7-no-<switch>`` sets.  The "seed" is
+FlyDSL's ``kernels/gemm/fp4_gemm_4wave.py`` (ROCm/FlyDSL; PR #990 = commit
+741f3d6d, and PR #756 for AGPR pinning), whose numbers are quoted, never its
+code.
+"""
+
+from collections import OrderedDict
+
+SWITCHES = OrderedDict(
+    agpr_acc=(
+        "Accumulators pinned in AGPRs. Seed claim (FlyDSL PR #756): with the plain scaled-MFMA op the "
+        "compiler spilled accumulators to arch VGPRs and shuffled them with v_accvgpr_mov/read (1679 such "
+        "ops), arch VGPRs hit 256 and scales spilled. Mechanism: every MFMA is inline asm whose result is "
+        "constrained to an AGPR and tied to the accumulator input; K step 0 is peeled so its first K half "
+        "uses the inline constant 0 as src2 instead of a zeroed accumulator. Metric: v_accvgpr_write/read/"
+        "mov in the loop fall to 0, v_accvgpr_write (zeroing) to 0, arch_vgpr falls, agpr = 256."
+    ),
+    serpentine=(
+        "Serpentine MFMA order. Seed claim (PR #990): an issue order learnt from aiter's asm keeps operands "
+        "hot. Mechanism: each 64x64 block is walked as 2x2 micro-blocks of MFMAs sharing one A-scale and "
+        "one B-scale register (only op_sel changes); consecutive MFMAs alternately reuse the A or the B "
+        "operand and the micro-block rows snake (left-right, then right-left). Metric: mfma_operand_reuse "
+        "(share of consecutive MFMA pairs with a common src0 or src1) rises; MFMA count unchanged."
+    ),
+    g2s_m0=(
+        "Cheap LDS-DMA addressing. Seed claim (PR #990): the wave-uniform LDS base is read-first-laned once, "
+        "m0 is set once per batch of loads then advanced with s_add_u32, and the K offset rides in the "
+        "scalar soffset so each lane's voffset is loop-invariant. Mechanism: the DMA becomes inline asm "
+        "'s_mov_b32 m0 | s_add_u32 m0 ; buffer_load_dwordx4 ... offen lds' (4 loads per m0 batch) with "
+        "per-stage m0 bases precomputed in SGPRs, instead of the compiler intrinsic. Metric: s_mov_b32 m0 "
+        "per K step 16 -> 4, s_add_u32 m0 0 -> 12, no v_readfirstlane and fewer VALU adds in the loop. "
+        "Side effect: the compiler no longer sees the DMA, so its own waits for the VGPR scale loads "
+        "become conservative (loop_s_waitcnt rises until scale_prefetch)."
+    ),
+    scale_prefetch=(
+        "Scale gather through an LDS ring. Seed claim (PR #990): per K step the tile's scales are one "
+        "buffer_load_dwordx4 ... lds per wave into a 4-slot LDS ring, three K steps ahead, carried to VGPRs "
+        "one step ahead, issued in the MFMA shadow. Mechanism: replaces 8 buffer_load_dword (to VGPR) per "
+        "wave per K step; the ring read (ds_read2st64_b32) sits after the first 64x64 block's MFMAs. "
+        "Metric: buffer_load_dword in the loop -> 0, one more LDS-DMA per step, lds_bytes +16 KiB, "
+        "loop_s_waitcnt falls. Requires g2s_m0 (same DMA path and wait accounting)."
+    ),
+    b_carry=(
+        "Carry the next step's second B operand. Seed claim (PR #990): reading the second B fragment of "
+        "the next K step in the current step and carrying it across the loop edge lets the waits fold into "
+        "s_waitcnt vmcnt(N) lgkmcnt(0) + s_barrier; hot-loop s_waitcnt 68 -> 8 per 4 K steps. Mechanism: "
+        "at the end of step k one folded wait (vmcnt(N) lgkmcnt(0) + s_barrier) makes step k+1's tiles "
+        "visible, the B half-1 fragments are ds_read and passed as loop-carried values, and step k+1 "
+        "starts without a wait. Metric: LDS reads between the step start and its first MFMA 32 -> 24; "
+        "loop_s_waitcnt does not rise (this kernel already waits only twice per step, so the seed's "
+        "68 -> 8 has no counterpart here). Requires g2s_m0 (hand-counted vmcnt)."
+    ),
+    wide_epilogue=(
+        "16-byte epilogue stores. Seed claim (PR #990): computing C^T by swapping the MFMA operands gives "
+        "each lane four consecutive columns of one row; cvt_pk_bf16 + v_permlane16_swap pair two tiles so "
+        "a lane holds 8 consecutive bf16 = 16 bytes for one buffer_store_dwordx4, interleaved into the "
+        "tail MFMAs. Mechanism: operands and scales swapped in every MFMA; each 64x64 block is stored "
+        "right after its last MFMA of the last K step. Metric: buffer_store_by_width {2: 256} -> "
+        "{16: 32}; 64 v_permlane16_swap appear."
+    ),
+    static_prologue=(
+        "Compile-time M and N. Seed claim (PR #990): with M, N and the wave count compile-time constants "
+        "no integer division runs before the first load; instructions before the first buffer_load "
+        "272 -> 88. Mechanism: M and N are baked in, so the XCD tile order and buffer sizes fold to "
+        "constants, shifts and multiply-high. Metric: insts_before_first_buffer_load falls; the "
+        "integer-division idiom (v_cvt_f32_u32 + v_rcp_f32) disappears."
+    ),
+)
+
+#: Switches that only make sense on top of another one.
+DEPENDS = {"scale_prefetch": "g2s_m0", "b_carry": "g2s_m0"}
+
+_ORDER = list(SWITCHES)
+LADDER = [(f"gemm-v{i}", frozenset(_ORDER[:i])) for i in range(len(_ORDER) + 1)]
+
+BLOCK_M = BLOCK_N = 256
+BLOCK_K = 256  # fp4 per K step
+N_WAVES = 4
+
+
+def leave_one_out():
+    """``[(name, switches)]``: gemm-v7 without each switch nothing else depends on."""
+    full = LADDER[-1][1]
+    needed = set(DEPENDS.values())
+    return [(f"gemm-v7-no-{s}", full - {s}) for s in _ORDER if s not in needed]
+
+
+def min_k_for_loop(switches) -> int:
+    """Smallest K at which the variant has a runtime K loop (smaller K, down to the
+    256 minimum, run fully unrolled): 1024 for v0, 1280 once agpr_acc peels step 0,
+    1536 once scale_prefetch keeps the ring three steps ahead."""
+    sw = check_config(256, 256, 256, switches)
+    head = 1 if "agpr_acc" in sw else 0
+    k_iters = 1
+    while True:
+        lo, hi = _Plan(sw, k_iters).loop_range(head)
+        if hi > lo:
+            return k_iters * BLOCK_K
+        k_iters += 1
+
+
+def variant(name: str) -> frozenset:
+    """The switch set of a ladder or leave-one-out variant name."""
+    for n, s in LADDER + leave_one_out():
+        if n == name:
+            return s
+    known = ", ".join(n for n, _ in LADDER + leave_one_out())
+    raise ValueError(f"unknown GEMM variant {name!r}; known: {known}.")
+
+
+def check_config(M, N, K, switches) -> frozenset:
+    """Validate shapes and switches (before any compile); returns the switch set."""
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}.")
+    if M % BLOCK_M or N % BLOCK_N:
+        raise ValueError(f"M and N must be multiples of {BLOCK_M} (one 256x256 tile per workgroup), got M={M}, N={N}.")
+    if K % BLOCK_K:
+        raise ValueError(f"K must be a multiple of {BLOCK_K} (one K step = 256 fp4), got K={K}.")
+    sw = frozenset(switches)
+    unknown = sorted(sw - set(SWITCHES))
+    if unknown:
+        raise ValueError(f"unknown GEMM switch(es) {', '.join(unknown)}; known: {', '.join(SWITCHES)}.")
+    for s, dep in DEPENDS.items():
+        if s in sw and dep not in sw:
+            raise ValueError(f"switch {s} depends on {dep}; enable {dep} too.")
+    return sw
+
+
+# ============================================================================ kernel emission
+#
+# Everything below runs while FlyDSL traces the kernel.  The emission helpers live
+# in a module-level class (not inside the @kernel body) so FlyDSL's AST rewriter
+# leaves their Python loops alone: they unroll at trace time.
+
+# FlyDSL takes seconds to import; it is loaded on the first build() so that reading the
+# ladder (SWITCHES, LADDER, leave_one_out) stays cheap.  The names below are filled in by
+# _load_flydsl() and used by the emission code at trace time only.
+flyc = fx = ir = llvm = rocdl = T = C = const_expr = range_constexpr = None
+
+
+def _load_flydsl():
+    global flyc, fx, ir, llvm, rocdl, T, C, const_expr, range_constexpr
+    if fx is not None:
+        return
+    import flydsl.compiler as _flyc
+    import flydsl.expr as _fx
+    from flydsl._mlir import ir as _ir
+    from flydsl._mlir.dialects import llvm as _llvm
+    from flydsl.expr import const_expr as _ce, range_constexpr as _rc, rocdl as _rocdl
+    from flydsl.expr.typing import T as _T
+
+    from . import common as _C
+
+    flyc, fx, ir, llvm, rocdl, T, C, const_expr, range_constexpr = (
+        _flyc, _fx, _ir, _llvm, _rocdl, _T, _C, _ce, _rc)
+
+#: Kernel symbol stem (FlyDSL names the symbol ``mxfp4_gemm_0``).
+KERNEL_NAME = "mxfp4_gemm"
+ARG_NAMES = ("A", "B", "C", "A_scale", "B_scale", "M", "N")
+HALF = 16 * 1024  # one LDS half-tile: 128 rows x 128 bytes (A) or 16 blocks of 1 KiB (B)
+STAGE = 4 * HALF  # A half 0, A half 1, B half 0, B half 1
+RING_SLOTS = 4
+RING_SLOT = 4096  # one K step of the tile's scales: A 2 KiB + B 2 KiB
+N_XCD = 8
+GROUP_M = 4
+LOADS_PER_STEP = 16  # LDS-DMA instructions per wave per K step (8 A + 8 B)
+
+
+def _mfma_order(serpentine: bool):
+    """(ti, tj) visiting order of a 4x4 block of 16x16 tiles."""
+    if not serpentine:
+        return [(ti, tj) for ti in range(4) for tj in range(4)]
+    order = []
+    for pi in range(2):
+        right = pi % 2 == 0
+        for pj in ([0, 1] if right else [1, 0]):
+            # Enter on the side we came from, so the hop into this micro-block shares an operand.
+            cols = (0, 1) if right else (1, 0)
+            walk = [(0, cols[0]), (1, cols[0]), (1, cols[1]), (0, cols[1])]
+            order += [(2 * pi + a, 2 * pj + b) for a, b in walk]
+    return order
+
+
+def _asm(result_type, operands, text, constraints):
+    return llvm.inline_asm(result_type, [C.raw(o) for o in operands], text, constraints, has_side_effects=True)
+
+
+class _Emitter:
+    """Emits one GEMM kernel body for a fixed switch set and K (and M, N if static)."""
+
+    def __init__(self, sw, M, N, K):
+        self.sw = sw
+        self.K = K
+        self.KB = K // 2  # bytes per row of A / B
+        self.KI = K // BLOCK_K  # K steps
+        self.K0 = K // 128  # 128-K blocks per B row
+        self.K1 = K // 256  # 256-K chunks per scale row
+        self.static_mn = (M, N) if "static_prologue" in sw else None
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, A, B, Cout, A_scale, B_scale, c_m, c_n, lds):
+        sw = self.sw
+        if self.static_mn is not None:
+            c_m, c_n = self.static_mn
+        self.c_n = c_n
+        tid = fx.thread_idx.x
+        self.lane = tid % 64
+        self.wave = fx.Int32(C.uniform(tid // 64))
+        self.wi = self.wave // 2
+        self.wj = self.wave % 2
+        self.tile_i, self.tile_j = tile_order(fx.block_idx.x, _div(c_m, BLOCK_M), _div(c_n, BLOCK_N))
+        self.a_rsrc = C.buffer_rsrc(A, _i64(c_m * self.KB))
+        self.b_rsrc = C.buffer_rsrc(B, _i64(c_n * self.KB))
+        self.sa_rsrc = C.buffer_rsrc(A_scale, _i64(c_m * (self.K // 32)))
+        self.sb_rsrc = C.buffer_rsrc(B_scale, _i64(c_n * (self.K // 32)))
+        self.c_rsrc = C.buffer_rsrc(Cout, _i64(c_m * c_n * 2))
+        self.lds = fx.Int32(C.uniform(C.lds_addr(lds.tiles)))
+        if "scale_prefetch" in sw:
+            self.ring = fx.Int32(C.uniform(C.lds_addr(lds.ring)))
+            self.ring_wave = fx.Int32(C.uniform(self.ring + self.wave * 1024))
+        if "g2s_m0" in sw:
+            # The wave's m0 for each (stage, batch), read-first-laned once here, outside the K loop.
+            self.m0_base = [[fx.Int32(C.uniform(self.lds + p * STAGE + b * HALF + self.wave * 1024)) for b in range(4)]
+                            for p in range(2)]
+        lane = self.lane
+        # A DMA: instruction q of half h moves rows 8q..8q+7 (128 B each); lane -> row 8q + lane//8,
+        # LDS slot lane%8, which holds global 16-byte chunk (lane%8) ^ (lane//8) (the XOR swizzle).
+        chunk = (lane % 8) ^ (lane // 8)
+        self.a_voff = {}
+        self.b_voff = {}
+        for r in range(4):
+            q = self.wave + 4 * r
+            for h in range(2):
+                row = self.tile_i * BLOCK_M + h * 128 + q * 8 + lane // 8
+                self.a_voff[h, r] = row * self.KB + chunk * 16
+            for v in range(2):
+                n0 = self.tile_j * 16 + v * 8 + q // 2
+                self.b_voff[v, r] = (n0 * self.K0 + q % 2) * 1024 + lane * 16
+        # ds_read lane offsets of A (per 128-K half ksub) and B.
+        i, g = lane % 16, lane // 16
+        self.a_lane = [self.lds + self.wi * 8192 + i * 128 + ((g ^ (i % 8)) ^ (4 * ks)) * 16 for ks in range(2)]
+        self.b_lane = self.lds + 2 * HALF + self.wj * 8192 + lane * 16
+        if "scale_prefetch" in sw:
+            is_a = self.wave < 2
+            rp = (self.wave % 2) * 4 + lane // 16
+            tile_x = fx.Int32(fx.arith.select(is_a, self.tile_i, self.tile_j))
+            self.g_voff = (tile_x * 8 + rp) * (self.K1 * 256) + (lane % 16) * 16
+            self.g_rsrc = llvm.SelectOp(C.raw(is_a), C.raw(self.sa_rsrc), C.raw(self.sb_rsrc)).result
+
+    # ------------------------------------------------------------------ global -> LDS
+    def issue_tiles(self, k, parity):
+        """All 16 LDS-DMA loads of this wave for K step ``k`` (into stage ``parity`` = k % 2)."""
+        stage = self.lds + parity * STAGE
+        if "g2s_m0" in self.sw:
+            ka = C.uniform(fx.Int32(k) * 128)
+            kb = C.uniform(fx.Int32(k) * 2048)
+            for h in range(2):
+                self._dma_batch(self.m0_base[parity][h], [self.a_voff[h, r] for r in range(4)], self.a_rsrc, ka)
+            for v in range(2):
+                self._dma_batch(self.m0_base[parity][2 + v], [self.b_voff[v, r] for r in range(4)], self.b_rsrc, kb)
+            return
+        for h in range(2):
+            for r in range(4):
+                dst = stage + h * HALF + (self.wave + 4 * r) * 1024
+                C.lds_dma_dwordx4(self.a_rsrc, dst, self.a_voff[h, r] + fx.Int32(k) * 128)
+        for v in range(2):
+            for r in range(4):
+                dst = stage + (2 + v) * HALF + (self.wave + 4 * r) * 1024
+                C.lds_dma_dwordx4(self.b_rsrc, dst, self.b_voff[v, r] + fx.Int32(k) * 2048)
+
+    def _dma_batch(self, m0, voffs, rsrc, soff):
+        """One m0 set, then s_add per load (the instructions 4 x 1 KiB apart in LDS)."""
+        for n, voff in enumerate(voffs):
+            if n == 0:
+                _asm(None, [m0, voff, rsrc, soff], "s_mov_b32 m0, $0\n\tbuffer_load_dwordx4 $1, $2, $3 offen lds",
+                     "s,v,s,s,~{m0}")
+            else:
+                _asm(None, [voff, rsrc, soff], "s_add_u32 m0, m0, 4096\n\tbuffer_load_dwordx4 $0, $1, $2 offen lds",
+                     "v,s,s,~{m0}")
+
+    # ------------------------------------------------------------------ scales
+    def load_scales_vgpr(self, k):
+        """8 buffer_load_dword: this wave's A and B scale words of K step k (no LDS)."""
+        out = []
+        for rsrc, tile, w in ((self.sa_rsrc, self.tile_i, self.wi), (self.sb_rsrc, self.tile_j, self.wj)):
+            for hv in range(2):
+                for p in range(2):
+                    r1 = tile * 8 + hv * 4 + w * 2 + p
+                    out.append(C.buffer_load(rsrc, ((r1 * self.K1) * 64 + self.lane) * 4 + fx.Int32(k) * 256, 1))
+        return out
+
+    def gather_scales(self, k):
+        """One buffer_load_dwordx4 ... lds per wave: a quarter of the tile's scales for step k -> ring."""
+        m0 = self.ring_wave + (fx.Int32(k) % RING_SLOTS) * RING_SLOT
+        soff = C.uniform(fx.Int32(k) * 256)
+        _asm(None, [m0, self.g_voff, self.g_rsrc, soff],
+             "s_mov_b32 m0, $0\n\tbuffer_load_dwordx4 $1, $2, $3 offen lds", "s,v,s,s,~{m0}")
+
+    def read_scales_ring(self, k):
+        """8 ds_read_b32 of step k's scale words from the ring (same order as load_scales_vgpr)."""
+        slot = self.ring + (fx.Int32(k) % RING_SLOTS) * RING_SLOT + self.lane * 4
+        out = []
+        for base, w in ((0, self.wi), (2048, self.wj)):
+            for hv in range(2):
+                for p in range(2):
+                    out.append(C.ds_read_b32(slot + base + (hv * 4 + w * 2 + p) * 256))
+        return out
+
+    # ------------------------------------------------------------------ LDS -> VGPR
+    def read_a(self, parity, h):
+        st = parity * STAGE + h * HALF
+        return [[C.ds_read_b128(self.a_lane[ks] + st + ti * 2048) for ks in range(2)] for ti in range(4)]
+
+    def read_b(self, parity, v):
+        st = parity * STAGE + v * HALF
+        return [[C.ds_read_b128(self.b_lane + st + (tj * 2 + ks) * 1024) for ks in range(2)] for tj in range(4)]
+
+    # ------------------------------------------------------------------ MFMA
+    def mfma(self, a, b, acc, sa, sb, opa, opb):
+        """acc += A-tile . B-tile^T (or its transpose with wide_epilogue) with fp4 scales."""
+        if "wide_epilogue" in self.sw:  # C^T = B . A^T: swap operands and their scales
+            a, b, sa, sb, opa, opb = b, a, sb, sa, opb, opa
+        if "agpr_acc" not in self.sw:
+            return C.mfma_scale_fp4(a, b, acc if acc is not None else C.zeros_f32x4(), sa, sb, opa, opb)
+        mods = f"op_sel:[{opa & 1},{opb & 1},0] op_sel_hi:[{opa >> 1},{opb >> 1},0] cbsz:4 blgp:4"
+        res = C.vec_type(4, T.f32)
+        if acc is None:  # first K step: src2 is the inline constant 0, nothing to zero first
+            return _asm(res, [a, b, sa, sb], f"v_mfma_scale_f32_16x16x128_f8f6f4 $0, $1, $2, 0, $3, $4 {mods}",
+                        "=a,v,v,v,v")
+        return _asm(res, [a, b, sa, sb, acc], f"v_mfma_scale_f32_16x16x128_f8f6f4 $0, $1, $2, $0, $3, $4 {mods}",
+                    "=a,v,v,v,v,0")
+
+    def block(self, acc, h, v, af, bf, scales, first):
+        """32 MFMAs of 64x64 block (h, v): both 128-K halves, tiles in the switch's order."""
+        sa = scales[0:4]
+        sb = scales[4:8]
+        for ks in range(2):
+            for ti, tj in _mfma_order("serpentine" in self.sw):
+                idx = ((h * 2 + v) * 4 + ti) * 4 + tj
+                acc[idx] = self.mfma(af[ti][ks], bf[tj][ks], None if (first and ks == 0) else acc[idx],
+                                     sa[h * 2 + ti // 2], sb[v * 2 + tj // 2], 2 * ks + ti % 2, 2 * ks + tj % 2)
+
+    # ------------------------------------------------------------------ epilogue
+    def store_block(self, acc, h, v):
+        row0 = self.tile_i * BLOCK_M + h * 128 + self.wi * 64
+        col0 = self.tile_j * BLOCK_N + v * 128 + self.wj * 64
+        i, g = self.lane % 16, self.lane // 16
+        n = self.c_n
+        for ti in range(4):
+            if "wide_epilogue" in self.sw:
+                for tj in range(0, 4, 2):
+                    lo = _pk_bf16(acc[((h * 2 + v) * 4 + ti) * 4 + tj])
+                    hi = _pk_bf16(acc[((h * 2 + v) * 4 + ti) * 4 + tj + 1])
+                    # Even 16-lane rows keep their own tile-tj dwords and receive the odd row's;
+                    # odd rows end with tile tj+1: 8 consecutive bf16 per lane.
+                    w0, w2 = _permlane16_swap(lo[0], hi[0])
+                    w1, w3 = _permlane16_swap(lo[1], hi[1])
+                    vec = fx.Vector.from_elements([fx.Int32(w) for w in (w0, w1, w2, w3)], fx.Int32)
+                    row = row0 + ti * 16 + i
+                    col = col0 + (tj + g % 2) * 16 + (g // 2) * 8
+                    C.buffer_store(vec, self.c_rsrc, (row * n + col) * 2)
+            else:
+                for tj in range(4):
+                    vals = fx.arith.trunc_f(C.vec_type(4, T.bf16), C.raw(acc[((h * 2 + v) * 4 + ti) * 4 + tj]))
+                    for j in range(4):
+                        e = llvm.extractelement(C.raw(vals), C.i32(j))
+                        bits = llvm.BitcastOp(T.i16, e).result
+                        row = row0 + ti * 16 + 4 * g + j
+                        col = col0 + tj * 16 + i
+                        C.buffer_store(bits, self.c_rsrc, (row * n + col) * 2)
+
+
+def _pk_bf16(acc4):
+    """Two i32 words of packed bf16: (acc[0], acc[1]) and (acc[2], acc[3])."""
+    v = fx.arith.trunc_f(C.vec_type(4, T.bf16), C.raw(acc4))
+    pair = C.vec_type(2, T.i32)
+    w = llvm.BitcastOp(pair, C.raw(v)).result
+    return [llvm.extractelement(w, C.i32(n)) for n in range(2)]
+
+
+def _permlane16_swap(a, b):
+    res = rocdl.permlane16_swap(ir.Type.parse("!llvm.struct<(i32, i32)>"), C.raw(a), C.raw(b), False, False)
+    return llvm.extractvalue(T.i32, res, [0]), llvm.extractvalue(T.i32, res, [1])
+
+
+def _select(cond, a, b):
+    """``a if cond else b``, at trace time when ``cond`` is a Python bool, else as an
+    ``arith.select`` on i32 values."""
+    if isinstance(cond, bool):
+        return a if cond else b
+    return fx.Int32(fx.arith.select(cond, fx.Int32(a), fx.Int32(b)))
+
+
+def _div(a, b):
+    return a // b if isinstance(a, int) else fx.Int32(a) // b
+
+
+def _i64(v):
+    return v if isinstance(v, int) else fx.Int64(v)
+
+
+def tile_order(wg, m_tiles, n_tiles):
+    """XCD-aware tile order: (tile_i, tile_j) of workgroup ``wg``.
+
+    The dispatcher deals workgroups round-robin over the 8 XCDs (each with its own
+    L2), so ``wg`` and ``wg + 1`` land on different XCDs.  When the tile count is a
+    multiple of 8 we first renumber so that each XCD gets a contiguous run of tile
+    numbers, then walk the tiles in groups of GROUP_M tile rows (column by column
+    inside a group) so that the workgroups of one XCD share A rows and B columns in
+    their L2.  ``m_tiles``/``n_tiles`` are ints (static_prologue) or i32 values; with
+    all-int arguments this is plain Python (tests check it is a permutation).
+    """
+    num = m_tiles * n_tiles
+    remap = (wg % N_XCD) * (num // N_XCD) + wg // N_XCD
+    w = _select(num % N_XCD == 0, remap, wg)
+    per_group = GROUP_M * n_tiles
+    group = w // per_group
+    first = group * GROUP_M
+    left = m_tiles - first
+    size = GROUP_M if isinstance(m_tiles, int) and m_tiles % GROUP_M == 0 else _select(left < GROUP_M, left, GROUP_M)
+    within = w % per_group
+    return first + within % size, within // size
+
+
+# ============================================================================ schedule
+
+
+def _wait(vmcnt=None, lgkmcnt=None, barrier=True):
+    rocdl.sched_barrier(0)
+    fx.rocdl.s_waitcnt(vmcnt=vmcnt, lgkmcnt=lgkmcnt)
+    if barrier:
+        rocdl.s_barrier()
+    rocdl.sched_barrier(0)
+
+
+class _Plan:
+    """Which loads each K step issues and how many may still be in flight at each wait.
+
+    vmcnt counts this wave's vector-memory instructions in issue order, so a wait for
+    group X may leave in flight exactly the instructions issued after X.  We replay
+    the issue order in Python (per concrete K step) and read the counts off it.
+    """
+
+    def __init__(self, sw, KI):
+        self.sw, self.KI = sw, KI
+        self.ring = "scale_prefetch" in sw
+        self.carry_b = "b_carry" in sw
+        self.events = []  # (kind, step, n) in program order, plus ("wait", tag, None)
+        self.waits = {}
+        self._prologue()
+        for k in range(KI):
+            self._step(k)
+
+    def issues(self, k):
+        """Groups issued inside step k: [(kind, step, n_instructions)]."""
+        out = []
+        if self.ring and k + 3 < self.KI:
+            out.append(("G", k + 3, 1))
+        if not self.ring and k + 1 < self.KI:
+            out.append(("S", k + 1, 8))
+        if k + 2 < self.KI:
+            out.append(("D", k + 2, LOADS_PER_STEP))
+        return out
+
+    def _needs(self, k):
+        """Groups that must have landed before step k reads LDS (its tiles and, with the ring, the
+        scales of step k + 1 that it reads ahead)."""
+        need = [("D", k)]
+        if self.ring and k + 1 < self.KI:
+            need.append(("G", k + 1))
+        return need
+
+    def _count_after(self, need):
+        pos = max(i for i, e in enumerate(self.events) if (e[0], e[1]) in need)
+        return sum(e[2] for e in self.events[pos + 1:] if e[0] != "wait")
+
+    def _prologue(self):
+        if self.ring:
+            self.events += [("G", k, 1) for k in range(min(3, self.KI))]
+        else:
+            self.events.append(("S", 0, 8))
+        self.events += [("D", k, LOADS_PER_STEP) for k in range(min(2, self.KI))]
+        need = []
+        if self.ring:
+            need.append(("G", 0))
+        if self.carry_b:
+            need += self._needs(0)
+        self.waits["prologue"] = self._count_after(need) if need else None
+
+    def _step(self, k):
+        if not self.carry_b:
+            self.waits["top", k] = self._count_after(self._needs(k))
+        self.events += self.issues(k)
+        if self.carry_b and k + 1 < self.KI:
+            self.waits["end", k] = self._count_after(self._needs(k + 1))
+
+    def loop_range(self, head):
+        """Steps [lo, hi) run by the runtime loop (two per iteration); the rest is unrolled."""
+        last = self.KI - (3 if self.ring else 2)  # steps < last issue every kind of load
+        pairs = max(0, (last - head) // 2)
+        return head, head + 2 * pairs
+
+    def loop_wait(self, kind, ks):
+        """The wait used in the loop body: the smallest count over the steps it stands for."""
+        vals = [self.waits[kind, k] for k in ks if (kind, k) in self.waits]
+        return min(vals) if vals else None
+
+
+class _Steps(_Emitter):
+    """The K pipeline: prologue, one K step (used both unrolled and as the loop body), tail."""
+
+    def __init__(self, sw, M, N, K):
+        super().__init__(sw, M, N, K)
+        self.plan = _Plan(sw, self.KI)
+        self.head = 1 if "agpr_acc" in sw else 0  # agpr_acc peels step 0 to use src2 = 0
+        self.lo, self.hi = self.plan.loop_range(self.head)
+
+    # state = 64 accumulators + 8 scale words (+ 8 B half-1 fragments with b_carry)
+    def pack(self, acc, carry):
+        return [C.raw(x) for x in acc] + [C.raw(x) for x in carry]
+
+    def unpack(self, state):
+        state = list(state)
+        return state[:64], state[64:]
+
+    def prologue(self):
+        sw = self.sw
+        if "scale_prefetch" in sw:
+            for k in range(min(3, self.KI)):
+                self.gather_scales(k)
+            scales = None
+        else:
+            scales = self.load_scales_vgpr(0)
+        for k in range(min(2, self.KI)):
+            rocdl.sched_barrier(0)
+            self.issue_tiles(k, k % 2)
+        rocdl.sched_barrier(0)
+        vm = self.plan.waits["prologue"]
+        if vm is not None:
+            _wait(vmcnt=vm)
+        if scales is None:
+            scales = self.read_scales_ring(0)
+        carry = list(scales)
+        if "b_carry" in sw:
+            carry += [f for tile in self.read_b(0, 1) for f in tile]
+        if self.head == 0:
+            acc = [C.zeros_f32x4() for _ in range(64)]
+        else:
+            acc = [None] * 64
+        return acc, carry
+
+    def step(self, k, parity, acc, carry, plan_k, loop_ks=None):
+        """Emit K step ``k`` (int, or the loop's i32 value) reading LDS stage ``parity``.
+
+        ``plan_k`` is a concrete step number whose issue pattern this emission follows;
+        ``loop_ks`` lists the concrete steps a loop-body emission stands for (waits use
+        the most conservative of them).
+        """
+        sw, plan = self.sw, self.plan
+        ks = loop_ks or [plan_k]
+        first = acc[0] is None
+        scales = carry[:8]
+        if "b_carry" in sw:
+            b1 = [[carry[8 + 2 * t], carry[9 + 2 * t]] for t in range(4)]
+        else:
+            vm = plan.loop_wait("top", ks)
+            _wait(vmcnt=vm)
+        a0 = self.read_a(parity, 0)
+        b0 = self.read_b(parity, 0)
+        a1 = self.read_a(parity, 1)
+        if "b_carry" not in sw:
+            b1 = self.read_b(parity, 1)
+        # Every wave is done with this stage before anyone refills it.
+        _wait(lgkmcnt=0)
+        new_scales = None
+        for kind, kstep, _n in plan.issues(plan_k):
+            off = kstep - plan_k
+            kk = k + off
+            if kind == "G":
+                self.gather_scales(kk)
+            elif kind == "S":
+                new_scales = self.load_scales_vgpr(kk)
+            else:
+                self.issue_tiles(kk, parity)
+            rocdl.sched_barrier(0)
+        last = plan_k == self.KI - 1
+        wide_tail = last and "wide_epilogue" in sw
+        acc = list(acc)
+        self.block(acc, 0, 0, a0, b0, scales, first)
+        if wide_tail:
+            self.store_block(acc, 0, 0)
+        if "scale_prefetch" in sw and plan_k + 1 < self.KI:
+            new_scales = self.read_scales_ring(k + 1)  # in the MFMA shadow, one step ahead
+        self.block(acc, 0, 1, a0, b1, scales, first)
+        if wide_tail:
+            self.store_block(acc, 0, 1)
+        self.block(acc, 1, 0, a1, b0, scales, first)
+        if wide_tail:
+            self.store_block(acc, 1, 0)
+        self.block(acc, 1, 1, a1, b1, scales, first)
+        if wide_tail:
+            self.store_block(acc, 1, 1)
+        elif last:
+            for h in range(2):
+                for v in range(2):
+                    self.store_block(acc, h, v)
+        if last:
+            return acc, []
+        carry = list(new_scales)
+        if "b_carry" in sw:
+            vals = [plan.waits["end", q] for q in ks]
+            _wait(vmcnt=min(vals), lgkmcnt=0)
+            carry += [f for tile in self.read_b(1 - parity, 1) for f in tile]
+        return acc, carry
+
+
+def build(M: int, N: int, K: int, **switches):
+    """The ``@flyc.jit`` launcher of the GEMM for the given shape and switches.
+
+    ``switches`` are the names in :data:`SWITCHES` mapped to booleans (missing =
+    off).  M and N are only baked in with ``static_prologue``; otherwise the launcher
+    passes them at run time and they merely pick the grid here.
+    """
+    bad = [n for n, v in switches.items() if not isinstance(v, bool)]
+    if bad:
+        raise ValueError(f"GEMM switches take True/False; got {', '.join(f'{n}={switches[n]!r}' for n in bad)}.")
+    sw = check_config(M, N, K, [n for n, on in switches.items() if on])
+    _load_flydsl()
+    layout = _Steps(sw, M, N, K)  # trace-free: only to know the loop's range here
+    lo, hi = layout.lo, layout.hi
+    KI = K // BLOCK_K
+
+    if "scale_prefetch" in sw:
+
+        @fx.struct
+        class Shared:
+            tiles: fx.Array[fx.Int8, 2 * STAGE, 16]
+            ring: fx.Array[fx.Int8, RING_SLOTS * RING_SLOT, 16]
+
+    else:
+
+        @fx.struct
+        class Shared:
+            tiles: fx.Array[fx.Int8, 2 * STAGE, 16]
+
+    @flyc.kernel
+    def mxfp4_gemm(
+        A: fx.Tensor, B: fx.Tensor, Cout: fx.Tensor, A_scale: fx.Tensor, B_scale: fx.Tensor,
+        c_m: fx.Int32, c_n: fx.Int32,
+    ):
+        lds = fx.SharedAllocator().allocate(Shared).peek()
+        em = _Steps(sw, M, N, K)
+        em.setup(A, B, Cout, A_scale, B_scale, c_m, c_n, lds)
+        acc, carry = em.prologue()
+        for k0 in range_constexpr(em.head):
+            acc, carry = em.step(k0, k0 % 2, acc, carry, k0)
+        state = em.pack(acc, carry)
+        if const_expr(hi > lo):
+            for kk, state in range(lo, hi, 2, init=state):
+                acc, carry = em.unpack(state)
+                acc, carry = em.step(kk, lo % 2, acc, carry, lo, list(range(lo, hi, 2)))
+                acc, carry = em.step(kk + 1, (lo + 1) % 2, acc, carry, lo + 1, list(range(lo + 1, hi, 2)))
+                state = yield em.pack(acc, carry)
+        acc, carry = em.unpack(state)
+        for k1 in range_constexpr(hi, KI):
+            acc, carry = em.step(k1, k1 % 2, acc, carry, k1)
+
+    @flyc.jit
+    def launch(
+        A: fx.Tensor,
+        B: fx.Tensor,
+        Cout: fx.Tensor,
+        A_scale: fx.Tensor,
+        B_scale: fx.Tensor,
+        c_m: fx.Int32,
+        c_n: fx.Int32,
+        stream: fx.Stream = fx.Stream(None),
+    ):
+        grid = (c_m // BLOCK_M) * (c_n // BLOCK_N)
+        mxfp4_gemm(
+            A, B, Cout, A_scale, B_scale, c_m, c_n,
+            value_attrs={"rocdl.waves_per_eu": 1, "rocdl.flat_work_group_size": "256,256"},
+        ).launch(grid=(grid, 1, 1), block=(256, 1, 1), stream=stream)
+
+    return launch
+
+
+def make_inputs(M: int, N: int, K: int, seed: int = 0) -> dict:
+    """Random MXFP4 GEMM inputs in the kernel's layouts (keys = ARG_NAMES), plus the
+    unshuffled ``A_q, B_q, A_s, B_s`` for references.  Uses ``mxfp4_ablation.reference``
+    when present, else quantises Gaussian data with ``formats``."""
+    import torch
+
+    from mxfp4_ablation import formats
+
+    check_config(M, N, K, ())
+    gen = torch.Generator().manual_seed(seed)
+    a_q, a_s = formats.quantize_mxfp4(torch.randn(M, K, generator=gen))
+    b_q, b_s = formats.quantize_mxfp4(torch.randn(N, K, generator=gen))
+    return {
+        "A": a_q, "B": formats.shuffle_weight_b(b_q), "C": torch.zeros(M, N, dtype=torch.bfloat16),
+        "A_scale": formats.shuffle_scales(a_s), "B_scale": formats.shuffle_scales(b_s), "M": M, "N": N,
+        "A_q": a_q, "B_q": b_q, "A_s": a_s, "B_s": b_s,
+    }
+
+
+def kernel_args(inputs: dict) -> list:
+    """The emulator's kernarg list (metadata ``.args`` order): A, B, C, A_scale, B_scale
+    as pointer + layout block each, then M and N as i32 (see ``common.kernarg_entries``).
+    C (bf16 [M, N]) is the output."""
+    missing = [n for n in ARG_NAMES if n not in inputs]
+    if missing:
+        raise ValueError(f"GEMM inputs lack {', '.join(missing)} (need {', '.join(ARG_NAMES)}).")
+    M, N = inputs["M"], inputs["N"]
+    K = int(inputs["A"].shape[-1]) * 2
+    check_config(M, N, K, ())
+    _load_flydsl()
+    return C.kernarg_values([(n, inputs[n]) for n in ARG_NAMES])
+
+
+#: The key of the output in :func:`make_inputs`' dict: C, bf16 [M, N].
+OUTPUT = "C"
+
+
+def reference(inputs: dict):
+    """What C must hold: the dense reference on the unshuffled operands, rounded to bf16."""
+    from mxfp4_ablation.reference import gemm_reference
+
+    return gemm_reference(inputs["A_q"], inputs["A_s"], inputs["B_q"], inputs["B_s"])
+
+
+def launch_config(M: int, N: int, K: int):
+    """``(grid, block)`` of one launch: one 256-thread workgroup (4 waves) per 256x256 tile."""
+    check_config(M, N, K, ())
+    return ((M // BLOCK_M) * (N // BLOCK_N), 1, 1), (64 * N_WAVES, 1, 1)
+
+
+def device_args(inputs: dict) -> tuple:
+    """The FlyDSL launcher's arguments (tensors already on the GPU), in ``ARG_NAMES`` order."""
+    return tuple(inputs[n] for n in ARG_NAMES)
+
+
+def compile_entry(M: int, N: int, K: int, variant_name: str = None, **switches):
+    """``(jit_launcher, args)`` for ``toolchain.compile``; pass switches by name or a
+    ladder/leave-one-out ``variant_name`` (e.g. ``"gemm-v3"``)."""
+    import torch
+
+    if variant_name is not None:
+        if switches:
+            raise ValueError("give either variant_name or individual switches, not both.")
+        switches = {s: True for s in variant(variant_name)}
+    launcher = build(M, N, K, **switches)
+    # Only shapes and dtypes matter for an offline compile: zero tensors are enough.
+    args = (
+        torch.zeros(M, K // 2, dtype=torch.uint8),
+        torch.zeros(N, K // 2, dtype=torch.uint8),
+        torch.zeros(M, N, dtype=torch.bfloat16),
+        torch.zeros(M, K // 32, dtype=torch.uint8),
+        torch.zeros(N, K // 32, dtype=torch.uint8),
+        M,
+        N,
+    )
+    return launcher, args

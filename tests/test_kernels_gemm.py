@@ -1,0 +1,293 @@
+"""The dense MXFP4 GEMM: its variant data, its input checks, and ISA facts per switch.
+
+Compiles go through ``mxfp4_ablation.toolchain`` (cached on disk).  A K=2048 GEMM
+compile takes 10-20 s on this machine, so the per-switch ladder checks are ``slow``;
+the fast subset compiles one small variant.  Emulator runs (``gfx950emu``) check the
+numbers against the dequantised product.
+"""
+
+import re
+
+import pytest
+import torch
+
+from mxfp4_ablation import isa, toolchain
+from mxfp4_ablation.kernels import gemm
+
+TARGET = "mxfp4_ablation.kernels.gemm:compile_entry"
+LADDER_SHAPE = {"M": 1024, "N": 1024, "K": 2048}  # K big enough for a runtime K loop
+
+
+def _compile(variant, **shape):
+    return toolchain.compile(TARGET, {**(shape or LADDER_SHAPE), "variant_name": variant})
+
+
+def _loop(art):
+    body = isa.hot_loop(art.isa)
+    assert body, "expected a K loop"
+    return body
+
+
+def _count(insts, pattern):
+    return sum(1 for i in insts if re.fullmatch(pattern, i.opcode))
+
+
+def _reads_before_first_mfma(body):
+    first = next(n for n, i in enumerate(body) if i.opcode.startswith("v_mfma"))
+    return sum(1 for i in body[:first] if i.opcode.startswith("ds_read"))
+
+
+# ---------------------------------------------------------------- variants as data
+
+
+def test_ladder_is_cumulative_one_switch_per_step():
+    assert [n for n, _ in gemm.LADDER] == [f"gemm-v{i}" for i in range(8)]
+    assert gemm.LADDER[0][1] == frozenset()
+    for (_, prev), (_, cur), switch in zip(gemm.LADDER, gemm.LADDER[1:], gemm.SWITCHES):
+        assert cur - prev == {switch} and prev < cur
+
+
+def test_every_switch_states_claim_mechanism_and_metric():
+    for name, doc in gemm.SWITCHES.items():
+        assert "claim" in doc and "Mechanism" in doc and "Metric" in doc, name
+
+
+def test_leave_one_out_drops_each_independent_switch():
+    full = gemm.LADDER[-1][1]
+    loo = dict(gemm.leave_one_out())
+    assert set(loo) == {f"gemm-v7-no-{s}" for s in gemm.SWITCHES if s != "g2s_m0"}
+    for name, switches in loo.items():
+        assert full - switches == {name.removeprefix("gemm-v7-no-")}
+        gemm.check_config(256, 256, 256, switches)  # every leave-one-out set is valid
+
+
+def test_a_dependent_switch_alone_is_refused_naming_its_dependency():
+    with pytest.raises(ValueError, match="scale_prefetch depends on g2s_m0"):
+        gemm.check_config(256, 256, 256, {"scale_prefetch"})
+    with pytest.raises(ValueError, match="b_carry depends on g2s_m0"):
+        gemm.build(256, 256, 256, b_carry=True)
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ((255, 256, 256), "multiples of 256"),
+        ((256, 300, 256), "multiples of 256"),
+        ((256, 256, 128), "multiple of 256"),
+        ((256, 256, 0), "positive integer"),
+        ((256.0, 256, 256), "positive integer"),
+    ],
+)
+def test_bad_shapes_fail_before_compiling(shape, message):
+    with pytest.raises(ValueError, match=message):
+        gemm.compile_entry(*shape)
+
+
+def test_bad_switches_are_plain_value_errors():
+    with pytest.raises(ValueError, match="unknown GEMM switch"):
+        gemm.build(256, 256, 256, fast=True)
+    with pytest.raises(ValueError, match="True/False"):
+        gemm.build(256, 256, 256, agpr_acc="yes")
+    with pytest.raises(ValueError, match="unknown GEMM variant"):
+        gemm.variant("gemm-v9")
+
+
+@pytest.mark.parametrize("m_tiles, n_tiles", [(1, 1), (4, 2), (3, 5), (8, 8), (5, 8), (16, 3), (7, 9)])
+def test_tile_order_visits_every_tile_once(m_tiles, n_tiles):
+    tiles = [gemm.tile_order(w, m_tiles, n_tiles) for w in range(m_tiles * n_tiles)]
+    assert sorted(tiles) == [(i, j) for i in range(m_tiles) for j in range(n_tiles)]
+
+
+def test_tile_order_gives_each_xcd_a_compact_group():
+    # 8x8 tiles: XCD x runs workgroups x, x+8, ...; its first four tiles are one column of a 4-row group.
+    xcd0 = [gemm.tile_order(w, 8, 8) for w in range(0, 64, 8)][:4]
+    assert xcd0 == [(0, 0), (1, 0), (2, 0), (3, 0)]
+
+
+def test_wait_plan_matches_the_issue_order():
+    # Without the scale ring: step k waits for its tiles D(k); after D(k) come S(k) (8) and D(k+1) (16).
+    plan = gemm._Plan(frozenset(), 8)
+    assert plan.waits["top", 0] == 16 and plan.waits["top", 3] == 24
+    assert plan.waits["top", 7] == 8  # only S(7), loaded to VGPRs (the compiler waits for those itself)
+    # With the ring: step k also needs the scales of k+1; after D(k) come G(k+2) (1) and D(k+1) (16).
+    ring = gemm._Plan(frozenset({"g2s_m0", "scale_prefetch"}), 8)
+    assert ring.waits["top", 3] == 17 and ring.waits["top", 7] == 0
+    assert ring.waits["prologue"] == 2 + 2 * 16  # scale(0) is read in the prologue: G1, G2, D0, D1 may fly
+    assert ring.loop_range(1) == (1, 5)
+
+
+def test_min_k_for_loop_per_rung():
+    got = [gemm.min_k_for_loop(s) for _, s in gemm.LADDER]
+    assert got == [1024, 1280, 1280, 1280, 1536, 1536, 1536, 1536]
+    assert all(gemm.min_k_for_loop(s) <= LADDER_SHAPE["K"] for _, s in gemm.leave_one_out())
+
+
+# ---------------------------------------------------------------- one small compile (fast)
+
+
+@pytest.fixture(scope="module")
+def small_v7():
+    return _compile("gemm-v7", M=256, N=256, K=256)
+
+
+def test_small_v7_has_the_scaled_fp4_mfma_lds_dma_and_wide_stores(small_v7):
+    insts = isa.parse(small_v7.isa)[0].instructions
+    mfma = [i for i in insts if i.opcode == "v_mfma_scale_f32_16x16x128_f8f6f4"]
+    assert len(mfma) == 128  # one K step: 4 blocks x 16 tiles x 2 K halves
+    assert all("cbsz:4" in i.modifiers and "blgp:4" in i.modifiers for i in mfma)
+    assert sum(1 for i in mfma if i.operands[3] == "0") == 64  # first K half starts from constant 0
+    assert sum(1 for i in insts if i.opcode.startswith("buffer_load") and "lds" in i.modifiers) == 16 + 1
+    m = isa.metrics(small_v7.isa)
+    assert m["buffer_store_by_width"] == {16: 32}
+    assert m["scratch_bytes"] == 0 and m["agpr"] > 0
+    assert m["lds_bytes"] == 2 * gemm.STAGE + gemm.RING_SLOTS * gemm.RING_SLOT
+
+
+# ---------------------------------------------------------------- the ladder, switch by switch (slow)
+
+
+@pytest.fixture(scope="module")
+def ladder():
+    arts = toolchain.compile_many([(TARGET, {**LADDER_SHAPE, "variant_name": n}) for n, _ in gemm.LADDER])
+    return {n: a for (n, _), a in zip(gemm.LADDER, arts)}
+
+
+@pytest.mark.slow
+def test_every_rung_runs_128_scaled_mfmas_per_k_step_in_its_loop(ladder):
+    for name, art in ladder.items():
+        loop = _loop(art)
+        mfma = [i for i in loop if i.opcode == "v_mfma_scale_f32_16x16x128_f8f6f4"]
+        assert len(mfma) == 2 * 128, name  # the loop body holds two K steps
+        assert all("cbsz:4" in i.modifiers and "blgp:4" in i.modifiers for i in mfma), name
+        assert _count(loop, r"buffer_load_dwordx4") >= 2 * gemm.LOADS_PER_STEP, name
+        assert isa.metrics(art.isa)["scratch_bytes"] == 0, name
+
+
+@pytest.mark.slow
+def test_agpr_acc_removes_accumulator_shuffling(ladder):
+    v0, v1 = _loop(ladder["gemm-v0"]), _loop(ladder["gemm-v1"])
+    assert _count(v0, r"v_accvgpr_(read|write|mov)_b32") > 0
+    assert _count(v1, r"v_accvgpr_(read|write|mov)_b32") == 0
+    m0, m1 = isa.metrics(ladder["gemm-v0"].isa), isa.metrics(ladder["gemm-v1"].isa)
+    assert m1["agpr"] == 256 and m1["arch_vgpr"] < m0["arch_vgpr"]
+    assert m1["v_accvgpr_write"] == 0 < m0["v_accvgpr_write"]  # no zero-initialisation either
+
+
+@pytest.mark.slow
+def test_serpentine_raises_mfma_operand_reuse(ladder):
+    before = isa.mfma_operand_reuse(ladder["gemm-v1"].isa, loop_only=True)
+    after = isa.mfma_operand_reuse(ladder["gemm-v2"].isa, loop_only=True)
+    assert after > 0.9 > before
+
+
+@pytest.mark.slow
+def test_g2s_m0_sets_m0_once_per_batch(ladder):
+    v2, v3 = _loop(ladder["gemm-v2"]), _loop(ladder["gemm-v3"])
+    def m0_writes(body, op):
+        return sum(1 for i in body if i.opcode == op and i.operands[:1] == ("m0",))
+    assert m0_writes(v2, "s_mov_b32") == 2 * 16 and m0_writes(v2, "s_add_u32") == 0
+    assert m0_writes(v3, "s_mov_b32") == 2 * 4 and m0_writes(v3, "s_add_u32") == 2 * 12
+    assert _count(v3, r"v_readfirstlane_b32") == 0
+    dma3 = [i for i in v3 if i.opcode == "buffer_load_dwordx4" and "lds" in i.modifiers]
+    assert all(i.operands[-1] != "0" for i in dma3)  # the K offset rides in soffset
+
+
+@pytest.mark.slow
+def test_scale_prefetch_moves_scales_to_one_lds_dma_per_step(ladder):
+    v3, v4 = _loop(ladder["gemm-v3"]), _loop(ladder["gemm-v4"])
+    assert _count(v3, r"buffer_load_dword") == 2 * 8 and _count(v4, r"buffer_load_dword") == 0
+    def dma(body):
+        return sum(1 for i in body if i.opcode.startswith("buffer_load") and "lds" in i.modifiers)
+    assert dma(v4) == dma(v3) + 2
+    assert isa.metrics(ladder["gemm-v4"].isa)["loop_s_waitcnt"] < isa.metrics(ladder["gemm-v3"].isa)["loop_s_waitcnt"]
+
+
+@pytest.mark.slow
+def test_b_carry_moves_a_quarter_of_the_operand_reads_off_the_step_start(ladder):
+    assert _reads_before_first_mfma(_loop(ladder["gemm-v4"])) == 32
+    assert _reads_before_first_mfma(_loop(ladder["gemm-v5"])) == 24
+    assert isa.metrics(ladder["gemm-v5"].isa)["loop_s_waitcnt"] <= isa.metrics(ladder["gemm-v4"].isa)["loop_s_waitcnt"]
+
+
+@pytest.mark.slow
+def test_wide_epilogue_stores_16_bytes_per_lane(ladder):
+    assert isa.metrics(ladder["gemm-v5"].isa)["buffer_store_by_width"] == {2: 256}
+    m6 = isa.metrics(ladder["gemm-v6"].isa)
+    assert m6["buffer_store_by_width"] == {16: 32}
+    assert m6["opcode_histogram"].get("v_permlane16_swap_b32_e32", 0) == 64
+
+
+@pytest.mark.slow
+def test_static_prologue_removes_the_integer_division(ladder):
+    m6, m7 = isa.metrics(ladder["gemm-v6"].isa), isa.metrics(ladder["gemm-v7"].isa)
+    assert m7["insts_before_first_buffer_load"] < m6["insts_before_first_buffer_load"]
+    assert m6["opcode_histogram"].get("v_rcp_f32_e32", 0) > 0
+    assert m7["opcode_histogram"].get("v_rcp_f32_e32", 0) == 0
+
+
+@pytest.mark.slow
+def test_leave_one_out_variants_compile():
+    names = [n for n, _ in gemm.leave_one_out()]
+    arts = toolchain.compile_many([(TARGET, {**LADDER_SHAPE, "variant_name": n}) for n in names])
+    for name, art in zip(names, arts):
+        assert isa.metrics(art.isa)["loop_mfma"] == 256, name
+
+
+# ---------------------------------------------------------------- numbers, in the emulator (slow)
+
+
+def _run_in_emulator(variant, M, N, K, seed=0):
+    gfx950emu = pytest.importorskip("gfx950emu")
+    from mxfp4_ablation import formats
+
+    art = _compile(variant, M=M, N=N, K=K)
+    inputs = gemm.make_inputs(M, N, K, seed=seed)
+    res = gfx950emu.launch(gfx950emu.load(art.isa), grid=((M // 256) * (N // 256), 1, 1), block=(256, 1, 1),
+                           args=gemm.kernel_args(inputs), hazards="report")
+    a = formats.dequantize_mxfp4(inputs["A_q"], inputs["A_s"]).double()
+    b = formats.dequantize_mxfp4(inputs["B_q"], inputs["B_s"]).double()
+    return inputs["C"].float(), (a @ b.T).float(), res
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", [n for n, _ in gemm.LADDER])
+def test_every_rung_computes_the_product_in_the_emulator(variant):
+    out, ref, res = _run_in_emulator(variant, 256, 256, 1536, seed=1)  # 6 K steps: loop + peeled steps
+    assert res.hazards == []
+    # bf16 output: one rounding of an f32 sum, so within half a bf16 ulp (2^-8 relative) plus f32 noise.
+    torch.testing.assert_close(out, ref, rtol=2 ** -8, atol=1e-3)
+
+
+@pytest.mark.slow
+def test_xcd_tile_order_covers_every_tile_in_the_emulator():
+    out, ref, res = _run_in_emulator("gemm-v7", 1024, 512, 512, seed=2)  # 8 tiles: the XCD remap is live
+    assert res.hazards == []
+    torch.testing.assert_close(out, ref, rtol=2 ** -8, atol=1e-3)
+
+
+# A GEMM compiled with every hand-counted vmcnt raised by one (one more load allowed in flight).
+_LOOSE_WAITS = """
+import glob, sys
+from mxfp4_ablation.kernels import gemm
+exact = gemm._Plan._count_after
+gemm._Plan._count_after = lambda self, need: exact(self, need) + 1
+launcher, args = gemm.compile_entry(256, 256, 1536, variant_name=sys.argv[1])
+launcher(*args)
+"""
+
+
+@pytest.mark.slow
+def test_the_hand_counted_waits_are_tight(tmp_path):
+    """One load more in flight at any planned wait is a race the emulator reports; the real
+    counts pass the same check (test_every_rung_computes_the_product_in_the_emulator)."""
+    import subprocess
+    import sys
+
+    gfx950emu = pytest.importorskip("gfx950emu")
+    subprocess.run([sys.executable, "-c", _LOOSE_WAITS, "gemm-v7"], env=toolchain.compile_env(tmp_path),
+                   check=True, capture_output=True)
+    loose_isa = next(tmp_path.glob("*/*final_isa.s")).read_text()
+    inputs = gemm.make_inputs(256, 256, 1536, seed=1)
+    res = gfx950emu.launch(gfx950emu.load(loose_isa), grid=(1, 1, 1), block=(256, 1, 1),
+                           args=gemm.kernel_args(inputs), hazards="report")
+    assert any("LDS DMA" in h.text or h.kind.startswith("lds_") for h in res.hazards)
