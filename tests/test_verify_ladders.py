@@ -3,8 +3,8 @@ with the s_waitcnt hazard checker, matches the torch reference (cosine >= 0.9999
 
 GEMM shapes: one 256x256 tile with the runtime K loop present for every variant (K=1536), and a
 multi-tile 512x512 launch (4 workgroups, XCD tile order). MoE: the small test problem (8 experts,
-hidden 512, intermediate 256, top-2) at M=16 (decode, 16-row blocks) and M=200 (padding rows,
-empty experts likely).
+hidden 512, intermediate 256, top-2) in both regimes, with padding rows, and a single token (so
+most experts are empty).
 """
 
 import pytest
@@ -13,7 +13,9 @@ from mxfp4_ablation import runner, variants
 
 ALL = variants.all_variants()
 GEMM_SHAPES = [(256, 256, 1536), (512, 512, 512)]
-MOE_SHAPES = [(16, 8, 512, 256, 2), (200, 8, 512, 256, 2)]
+# tokens, experts, hidden, intermediate, topk[, block_m]: decode blocks at M=16 and M=200, prefill
+# blocks (128 rows, mostly padding) at M=200, and a single token.
+MOE_SHAPES = [(16, 8, 512, 256, 2), (200, 8, 512, 256, 2), (200, 8, 512, 256, 2, 128), (1, 8, 512, 256, 2)]
 
 
 def _cases(family, shapes):

@@ -4,7 +4,9 @@ A kernel module (e.g. ``mxfp4_ablation.kernels.gemm``) exposes
 
 * ``LADDER``: ordered list of ``(variant_name, frozenset(switches))`` -- cumulative steps;
 * ``leave_one_out()`` (optional): list of ``(variant_name, frozenset(switches))``;
-* ``compile_entry(M, N, K, **switches)``: the toolchain target.
+* ``compile_entry(M, N, K, **switches)``: the toolchain target;
+* ``SHAPE_PARAMS`` (default ``("M", "N", "K")``) and ``OPTIONAL_SHAPE_PARAMS``: the names of the numbers
+  of ``--shape``.
 
 A variant's predecessor is the previous ladder step (leave-one-out variants compare against the full
 ladder's last step).
@@ -37,10 +39,12 @@ class Variant:
 
     def params(self, shape: tuple[int, ...]) -> dict:
         module = importlib.import_module(KERNEL_MODULES[self.family])
-        names = getattr(module, "SHAPE_PARAMS", ("M", "N", "K"))
-        if len(shape) != len(names):
-            raise ValueError(f"{self.name} takes a shape {','.join(names)}; got {len(shape)} numbers")
-        return {**dict(zip(names, shape)), **{s: True for s in sorted(self.switches)}}
+        names = tuple(getattr(module, "SHAPE_PARAMS", ("M", "N", "K")))
+        optional = tuple(getattr(module, "OPTIONAL_SHAPE_PARAMS", ()))
+        if not len(names) <= len(shape) <= len(names) + len(optional):
+            spec = ",".join(names) + "".join(f"[,{o}]" for o in optional)
+            raise ValueError(f"{self.name} takes a shape {spec}; got {len(shape)} numbers")
+        return {**dict(zip(names + optional, shape)), **{s: True for s in sorted(self.switches)}}
 
 
 def _load(family: str):

@@ -87,6 +87,8 @@ LADDER = [(f"moe1-v{i}", frozenset(_ORDER[:i])) for i in range(len(_ORDER) + 1)]
 
 #: The numbers the CLI passes (``--shape tokens,experts,hidden,inter,topk``).
 SHAPE_PARAMS = ("tokens", "experts", "hidden", "inter", "topk")
+#: A sixth --shape number picks the row block (16: decode, 128: prefill); default by token count.
+OPTIONAL_SHAPE_PARAMS = ("block_m",)
 #: Key of the kernel's output in :func:`make_inputs`' dict (the fp4 bytes; the
 #: scales land in ``inter_scale``).
 OUTPUT = "inter_quant"

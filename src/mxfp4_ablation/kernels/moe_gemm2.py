@@ -101,6 +101,8 @@ LADDER = [(f"moe2-v{i}", frozenset(_ORDER[:i])) for i in range(len(_ORDER) + 1)]
 #: The numbers the CLI's ``--shape`` passes, in order (``block_m`` is an optional keyword
 #: everywhere; it defaults to the regime rule of :func:`default_block_m`).
 SHAPE_PARAMS = ("tokens", "experts", "hidden", "inter", "topk")
+#: A sixth --shape number picks the row block (16: decode, 128: prefill); default by token count.
+OPTIONAL_SHAPE_PARAMS = ("block_m",)
 #: The output tensor in :func:`make_inputs`'s dict.
 OUTPUT = "out"
 #: Kernel parameters in order (each a tensor, or with ``int64_abi`` an i64 address; ``tokens`` i32).
