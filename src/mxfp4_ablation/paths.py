@@ -30,5 +30,5 @@ def cache_dir() -> Path:
 
 
 def reference_dir() -> Path:
-    """Published figures we cite (CSV with their sources)."""
-    return experiments_dir() / "reference"
+    """Published figures we cite (CSV with their sources): committed inputs, not run outputs."""
+    return REPO_ROOT / "experiments" / "reference"
