@@ -24,7 +24,7 @@ STAMPS := $(patsubst notebooks/%.py,experiments/.stamps/%.done,$(NOTEBOOKS))
 SOURCES := $(shell find src -name '*.py' -not -path '*/__pycache__/*')
 DATA := $(shell find experiments/reference experiments/harness-validation -type f 2>/dev/null)
 
-.PHONY: help setup test test-all reproduce figures lab clean doctor
+.PHONY: help setup test test-all reproduce figures readme lab clean doctor
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -67,6 +67,9 @@ experiments/.stamps/%.done: notebooks/%.py $(SOURCES) $(DATA) $(SETUP_STAMP)
 
 figures: $(SETUP_STAMP) ## redraw every figure from stored data alone (no compiling, no measuring)
 	$(PY) -m mxfp4_ablation.figures
+
+readme: $(SETUP_STAMP) ## regenerate README.md's ladder table from the latest summary run
+	$(PY) -m mxfp4_ablation.studies.gemm readme-table --update README.md
 
 lab: $(SETUP_STAMP) ## JupyterLab on the notebooks (jupytext opens the .py sources as notebooks)
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

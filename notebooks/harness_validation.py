@@ -36,7 +36,7 @@ data_dir = None  # default: <experiments>/harness-validation
 final_run = "run3-all-p6"  # the run the headline numbers come from (6 processes)
 n_resamples = 2000  # bootstrap resamples when re-summarising the earlier runs
 out_dir = None  # set by the runner (this notebook only reads committed data)
-mode = None  # set by the runner; the data here is always mode=device (an H200)
+mode = None  # set by the runner; this data was measured on an H200 in device mode
 
 # %%
 import json

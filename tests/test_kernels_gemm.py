@@ -291,3 +291,18 @@ def test_the_hand_counted_waits_are_tight(tmp_path):
     res = gfx950emu.launch(gfx950emu.load(loose_isa), grid=(1, 1, 1), block=(256, 1, 1),
                            args=gemm.kernel_args(inputs), hazards="report")
     assert any("LDS DMA" in h.text or h.kind.startswith("lds_") for h in res.hazards)
+
+
+def test_gemm_variants_have_timing_launchers():
+    """`mxfp4-ablation bench` finds a launcher for every GEMM variant (running it needs an MI355X)."""
+    import functools
+
+    from mxfp4_ablation import variants
+    from mxfp4_ablation.bench import launchers
+
+    for name, v in variants.all_variants().items():
+        if v.family != "gemm":
+            continue
+        factory = launchers.launcher_for(name, (8192, 8192, 8192))
+        assert isinstance(factory, functools.partial)
+        assert factory.keywords["switches"] == tuple(sorted(v.switches))
