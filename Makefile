@@ -17,7 +17,7 @@ SETUP_STAMP := $(VENV)/.setup-done
 # Empty: auto-detect (device if a gfx950 GPU is visible, else emulated). Or device|emulated|static.
 MODE ?=
 export MODE
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -n auto
 
 NOTEBOOKS := $(shell find notebooks -name '*.py' -not -path '*/.ipynb_checkpoints/*' | sort)
 STAMPS := $(patsubst notebooks/%.py,experiments/.stamps/%.done,$(NOTEBOOKS))
