@@ -91,4 +91,60 @@ Markdown(gemm.readme_table(report.metrics, report.expectations, report.correctne
 
 # %% [markdown]
 # ## MoE (a4w4, aiter PR #3828)
-# The MoE half of the summary is added when its ladder lands.
+# **gemm1** (gate/up + silu·mul + requantisation; ladder `moe1-v0` .. `moe1-v2`) and **gemm2** (down
+# projection; `moe2-v0` .. `moe2-v4`), each switch one step; the leave-one-out variants
+# `moe1-v2-no-<switch>` / `moe2-v4-no-<switch>` remove one switch from the full kernel. The ISA is read at
+# the Kimi-K2.5 TP=4 shape (385 experts, hidden 7168, inter 512, top-9) in both regimes: decode (16
+# tokens, block_m 16, atomic gemm2) and prefill (4096 tokens, block_m 128). Correctness comes from the
+# step notebooks (`notebooks/moe/NN_<gemm>_<switch>.py`) plus the leave-one-out variants checked here.
+# aiter PR #3828 published FlyDSL-time / HIP-time ratios for the whole PR only; they are shown labelled
+# *published*.
+
+# %%
+from mxfp4_ablation.studies import moe
+
+moe_report = moe.summary_report(out_dir, mode, seeds=seeds, verify_leave_one_out=verify_leave_one_out)
+
+# %% [markdown]
+# ### MoE ladders: every static metric per step, per gemm and regime
+
+# %%
+for gemm_name in ("gemm1", "gemm2"):
+    for regime in moe.REGIMES:
+        display(Markdown(f"**{gemm_name}, {regime}**"))
+        display(moe_report.ladder_table(gemm_name, regime))
+
+# %%
+display(SVG(filename=str(moe_report.figures[0])))
+
+# %% [markdown]
+# ### Does each MoE switch move its metric the intended way (both regimes)?
+# `before` is the predecessor (switch off), `after` the step (switch on); the expectations are the switch
+# docstrings' "Metric:" claims (`moe.EXPECTATIONS`).
+
+# %%
+moe_report.expectations[moe_report.expectations["comparison"] == "ladder"].reset_index(drop=True)
+
+# %% [markdown]
+# ### MoE leave-one-out: the full kernel with one switch removed
+
+# %%
+moe_report.leave_one_out_table()
+
+# %%
+display(SVG(filename=str(moe_report.figures[1])))
+
+# %% [markdown]
+# ### MoE correctness of every variant (passed = every check passed, in both regimes)
+
+# %%
+moe_report.correctness
+
+# %% [markdown]
+# ### MoE speed
+# Measured A/B time ratios (step / predecessor, 95% CIs) where the step runs had an MI355X; otherwise
+# only aiter PR #3828's own FlyDSL-time / HIP-time ratios, labelled *published* (nothing here is measured).
+
+# %%
+display(moe_report.timing if moe_report.timing is not None else moe.published_wide())
+display(SVG(filename=str(moe_report.figures[2])))

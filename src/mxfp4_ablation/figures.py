@@ -17,7 +17,7 @@ from typing import Callable
 from . import plots, results
 
 #: Study modules whose figures are registered on import.
-STUDY_MODULES = ("mxfp4_ablation.studies.walkthrough", "mxfp4_ablation.studies.gemm")
+STUDY_MODULES = ("mxfp4_ablation.studies.walkthrough", "mxfp4_ablation.studies.gemm", "mxfp4_ablation.studies.moe")
 
 
 @dataclass(frozen=True)

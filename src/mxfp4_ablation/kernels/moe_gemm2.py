@@ -88,7 +88,7 @@ SWITCHES = OrderedDict(
         "2 * (16 * mt * N_OUT + 16 * nt) with lane_base the only run-time product. Metric: v_mad_u64_u32 "
         "falls to 1 (Kimi N_OUT 7168: 32 -> 1 at prefill, 7 -> 1 at decode); with a power-of-two N_OUT "
         "the product is a shift, and the epilogue's instruction count falls instead (small shape: "
-        "-23 at decode, -59 at prefill)."
+        "-23 at decode, -56 at prefill)."
     ),
 )
 

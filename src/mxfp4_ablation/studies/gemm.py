@@ -161,10 +161,11 @@ def switch_doc(switch: str) -> str:
 
 def _doc_parts(doc: str) -> dict[str, str]:
     """Split a switch docstring into its summary, 'Seed claim', 'Mechanism' and 'Metric' parts."""
-    parts = re.split(r"\b(Seed claim(?: \([^)]*\))?|Mechanism|Metric):\s*", doc)
+    parts = re.split(r"\b(Seed claim(?: \([^)]*\))?|Mechanism|Metric(?:, [^:.]*)?):\s*", doc)
     out = {"summary": parts[0].strip()}
     for head, body in zip(parts[1::2], parts[2::2]):
-        out[head.split(" ")[0].lower() if head.startswith("Seed") else head.lower()] = f"{head}: {body.strip()}"
+        key = "seed" if head.startswith("Seed") else "metric" if head.startswith("Metric") else head.lower()
+        out[key] = f"{head}: {body.strip()}"
     return out
 
 
@@ -390,13 +391,10 @@ def verify_table(names: Iterable[str], shapes: Sequence[Sequence[int]], seeds: S
             rows.append({"variant": n, "shape": "", "seed": -1, "backend": "none", "status": "not run",
                          "error": "static mode: no emulator and no gfx950 GPU"})
         return pd.DataFrame(rows, columns=cols)
-    try:
-        from .. import runner
-    except ImportError as err:  # the runner is optional for the static view
-        return pd.DataFrame([{"variant": n, "shape": "", "seed": -1, "backend": _backend(mode), "status": "not run",
-                              "error": f"mxfp4_ablation.runner unavailable: {err}"} for n in names], columns=cols)
+    from .. import runner
+
     for n in names:
-        _variant(n)
+        variants.get(n)  # any family: the MoE study uses this table too
         for shape in shapes:
             for seed in seeds:
                 row = {"variant": n, "shape": _shape_text(shape), "seed": int(seed), "backend": _backend(mode)}
