@@ -293,16 +293,31 @@ def test_the_hand_counted_waits_are_tight(tmp_path):
     assert any("LDS DMA" in h.text or h.kind.startswith("lds_") for h in res.hazards)
 
 
-def test_gemm_variants_have_timing_launchers():
-    """`mxfp4-ablation bench` finds a launcher for every GEMM variant (running it needs an MI355X)."""
+def test_every_variant_has_a_timing_case():
+    """`mxfp4-ablation bench` finds a launcher for every variant; its case is built from the kernel
+    module's contract (running it needs an MI355X, so here the case is only built, on the CPU)."""
     import functools
 
     from mxfp4_ablation import variants
     from mxfp4_ablation.bench import launchers
+    from mxfp4_ablation.bench.inputs import sets_needed
+    from mxfp4_ablation.bench.timing import DeviceContext
 
     for name, v in variants.all_variants().items():
-        if v.family != "gemm":
-            continue
-        factory = launchers.launcher_for(name, (8192, 8192, 8192))
-        assert isinstance(factory, functools.partial)
-        assert factory.keywords["switches"] == tuple(sorted(v.switches))
+        shape = (8192, 8192, 8192) if v.family == "gemm" else (4096, 385, 7168, 512, 9)
+        factory = launchers.launcher_for(name, shape)
+        assert isinstance(factory, functools.partial) and factory.keywords["switches"] == tuple(sorted(v.switches))
+
+    class CPU:
+        device = "cpu"
+
+    ctx = DeviceContext(backend=CPU(), cache_bytes=4 << 20, rotation_factor=2.0)
+    for name, shape, flops in (("gemm-v7", (256, 256, 512), 2.0 * 256 * 256 * 512),
+                               ("moe1-v2", (16, 8, 512, 256, 2), 2.0 * 32 * 512 * 512),
+                               ("moe2-v4", (16, 8, 512, 256, 2), 2.0 * 32 * 256 * 512)):
+        case = launchers.launcher_for(name, shape)(ctx)
+        assert case.flops == flops
+        # as many input sets as the harness's sizing rule asks for, for this (4 MiB) cache
+        assert case.n_sets == sets_needed(case.rotation.set_bytes, 4 << 20, 2.0) >= 1
+        assert case.rotation.set_bytes > 0 and case.meta["switches"] == sorted(variants.get(name).switches)
+        case.release()

@@ -593,6 +593,14 @@ def device_args(inputs: dict, **switches) -> tuple:
     return (*bufs, int(inputs["tokens"]), grid_x)
 
 
+def flops(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None) -> float:
+    """Useful floating-point operations of one launch: valid (token, expert) rows only
+    (``moe.host.gemm1_flops``; padding rows are waste, not work)."""
+    from mxfp4_ablation.moe.host import gemm1_flops
+
+    return float(gemm1_flops(tokens * topk, hidden, inter))
+
+
 def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None,
                   variant_name: str = None, **switches):
     """``(jit_launcher, args)`` for ``toolchain.compile``; switches by name or a

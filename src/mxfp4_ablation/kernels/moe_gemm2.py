@@ -691,6 +691,14 @@ def device_args(inputs: dict, **switches) -> tuple:
     return tuple(inputs[n] for n in ARG_NAMES)
 
 
+def flops(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None) -> float:
+    """Useful floating-point operations of one launch: valid (token, expert) rows only
+    (``moe.host.gemm2_flops``; padding rows are waste, not work)."""
+    from mxfp4_ablation.moe.host import gemm2_flops
+
+    return float(gemm2_flops(tokens * topk, hidden, inter))
+
+
 def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None,
                   variant_name: str = None, **switches):
     """``(jit_launcher, args)`` for ``toolchain.compile``; pass switches by name or a
