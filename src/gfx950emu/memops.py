@@ -85,6 +85,25 @@ def _dst_rows(data: np.ndarray, kind: str, old_row=None):
     return [(old_row & U32(0xFFFF)) | (x << U32(16))]
 
 
+def _deliver(w, lanes, data, nbytes: int, di: int, how: str, lds_dma) -> None:
+    """Hand loaded bytes to their destination: the VGPRs from ``di`` on, or -- for an LDS-DMA load
+    (``lds_dma = (inst_offset, lane_stride)``) -- LDS at M0 + inst_offset + lane * lane_stride, with M0
+    read now, at issue (LLVM AMDGPUUsage, "AMDGPU DMA Operations")."""
+    if lds_dma is not None:
+        inst_off, lane_stride = lds_dma
+        m0 = w.s[124] & 0x3FFFF
+        laddr = m0 + inst_off + lanes.astype(np.int64) * lane_stride
+        lidx = laddr[:, None] + _AR4[nbytes][None, :]
+        inr = (lidx < w.lds.size).all(axis=1)
+        w.lds[lidx[inr]] = data[inr]
+        if w.hz is not None:
+            w.hz.note_lds_write(w, lidx[inr], lanes[inr], nbytes)
+        return
+    rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
+    for k, r in enumerate(rows):
+        w.v[di + k, lanes] = r
+
+
 def _src_bytes(w, vi, nbytes, shift, lanes):
     """Bytes [L, nbytes] of the data registers starting at unified index vi."""
     nd = max(1, (nbytes + 3) // 4)
@@ -254,18 +273,7 @@ def build_buffer(ins, ctx, name, hz_info):
                 data[good] = np.where(bok[good], w.mem.heap[idx], 0)
             else:
                 data = np.zeros((lanes.size, nbytes), dtype=np.uint8)
-            if lds_mode:
-                m0 = w.s[124] & 0x3FFFF
-                laddr = m0 + inst_off + lanes.astype(np.int64) * lane_stride
-                lidx = laddr[:, None] + _AR4[nbytes][None, :]
-                inr = (lidx < w.lds.size).all(axis=1)
-                w.lds[lidx[inr]] = data[inr]
-                if w.hz is not None:
-                    w.hz.note_lds_write(w, lidx[inr], lanes[inr], nbytes)
-                return
-            rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
-            for k, r in enumerate(rows):
-                w.v[di + k, lanes] = r
+            _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride) if lds_mode else None)
     elif kind == "store":
         def h(w):
             lanes = w.active
@@ -368,18 +376,7 @@ def build_global(ins, ctx, name, hz_info):
             if lanes.size == 0:
                 return
             data = w.mem.gather(w.mem.starts(address(w, lanes), nbytes, line), nbytes)
-            if lds_mode:
-                m0 = w.s[124] & 0x3FFFF
-                laddr = m0 + inst_off + lanes.astype(np.int64) * lane_stride
-                lidx = laddr[:, None] + _AR4[nbytes][None, :]
-                inr = (lidx < w.lds.size).all(axis=1)
-                w.lds[lidx[inr]] = data[inr]
-                if w.hz is not None:
-                    w.hz.note_lds_write(w, lidx[inr], lanes[inr], nbytes)
-                return
-            rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
-            for k, r in enumerate(rows):
-                w.v[di + k, lanes] = r
+            _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride) if lds_mode else None)
     elif kind == "store":
         def h(w):
             lanes = w.active

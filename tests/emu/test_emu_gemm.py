@@ -119,7 +119,7 @@ def test_our_moe_gemm1_writes_the_reference_fp4_and_scales():
     from mxfp4_ablation.kernels import moe_gemm1 as m1
     shape = dict(tokens=32, experts=4, hidden=256, inter=256, topk=2)
     art = toolchain.compile("mxfp4_ablation.kernels.moe_gemm1:compile_entry", shape)
-    inp = m1.make_inputs(*shape.values(), seed=1)
+    inp = m1.make_inputs(**shape, seed=1)
     grid = (inp["sorting"].max_sorted // inp["block_m"], shape["inter"] // m1.BLOCK_N, 1)
     res = gfx950emu.launch(gfx950emu.load(art.isa), grid, 64 * m1.N_WAVES, m1.kernel_args(inp), hazards="report")
     assert res.hazards == []
@@ -136,7 +136,7 @@ def test_our_moe_gemm2_matches_reference_with_one_and_two_processes(tokens, bloc
     shape = dict(tokens=tokens, experts=4, hidden=256, inter=256, topk=2, block_m=block_m)
     art = toolchain.compile("mxfp4_ablation.kernels.moe_gemm2:compile_entry", shape)
     prog = gfx950emu.load(art.isa)
-    inp = m2.make_inputs(*shape.values(), seed=1)
+    inp = m2.make_inputs(**shape, seed=1)
     geo = m2.Geometry(*shape.values())
     ref = m2.reference(inp)
     for procs in (1, 2):
