@@ -147,3 +147,9 @@ def latest_run(name: str = "", root: str | Path | None = None) -> Path | None:
     runs = sorted(p for p in root.iterdir() if p.is_dir() and re.match(r"\d{8}T\d{6}Z-", p.name)
                   and (not name or p.name.split(".")[0].endswith(name)))
     return runs[-1] if runs else None
+
+
+def latest_tables(run_names, table: str) -> list:
+    """``table`` (a parquet name) from the latest run of each of ``run_names`` that wrote one."""
+    runs = [latest_run(name) for name in run_names]
+    return [read_table(r / table)[0] for r in runs if r is not None and (r / table).is_file()]

@@ -666,12 +666,7 @@ class SummaryReport:
 
 
 def _latest_step_tables(table: str) -> list[pd.DataFrame]:
-    out = []
-    for name in ladder_names():
-        run = results.latest_run(step_run_name(name))
-        if run is not None and (run / table).is_file():
-            out.append(results.read_table(run / table)[0])
-    return out
+    return results.latest_tables([step_run_name(name) for name in ladder_names()], table)
 
 
 def summary_report(out_dir: str | Path | None = None, mode: str = "emulated", isa_shape: Sequence[int] = ISA_SHAPE,

@@ -530,8 +530,7 @@ class SummaryReport:
 
 def _latest_step_tables(table: str) -> list[pd.DataFrame]:
     """``table`` from the latest run of each ladder step's notebook that wrote one."""
-    runs = [results.latest_run(step_run_name(name)) for name in ladder_names()]
-    return [results.read_table(r / table)[0] for r in runs if r is not None and (r / table).is_file()]
+    return results.latest_tables([step_run_name(name) for name in ladder_names()], table)
 
 
 def summary_report(out_dir: str | Path | None = None, mode: str = "emulated", isa_cases: Any = None,
