@@ -23,7 +23,9 @@ import inspect
 import math
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+from .errors import UsageError
 
 #: Family name -> kernel module: the one registry list (a new family is one entry here).
 FAMILIES: dict[str, str] = {
@@ -284,22 +286,23 @@ def _contract_problems(module) -> list[str]:
             problems.append(f"{name} is missing")
         elif not isinstance(getattr(module, name), kind):
             problems.append(f"{name} must be a {kind.__name__}, got {type(getattr(module, name)).__name__}")
-    if problems:
-        return problems
-    shape = tuple(module.SHAPE_PARAMS) + tuple(module.OPTIONAL_SHAPE_PARAMS)
-    for s in module.SWITCHES.values():
-        if not isinstance(s, Switch):
-            problems.append(f"SWITCHES holds {s!r}, not a Switch record")
-    for key, s in module.SWITCHES.items():
-        if isinstance(s, Switch) and key != s.name:
-            problems.append(f"SWITCHES key {key!r} names switch {s.name!r}")
-        for r in getattr(s, "requires", ()):
-            if r not in module.SWITCHES:
-                problems.append(f"switch {key} requires unknown switch {r}")
-    if not module.OUTPUTS or not all(isinstance(o, Output) for o in module.OUTPUTS):
-        problems.append("OUTPUTS must be a non-empty tuple of Output records")
-    if not module.SHAPE_PARAMS:
-        problems.append("SHAPE_PARAMS is empty")
+    ok = not problems
+    shape = (tuple(getattr(module, "SHAPE_PARAMS", ())) + tuple(getattr(module, "OPTIONAL_SHAPE_PARAMS", ()))
+             if ok else ())
+    if ok:
+        for s in module.SWITCHES.values():
+            if not isinstance(s, Switch):
+                problems.append(f"SWITCHES holds {s!r}, not a Switch record")
+        for key, s in module.SWITCHES.items():
+            if isinstance(s, Switch) and key != s.name:
+                problems.append(f"SWITCHES key {key!r} names switch {s.name!r}")
+            for r in getattr(s, "requires", ()):
+                if r not in module.SWITCHES:
+                    problems.append(f"switch {key} requires unknown switch {r}")
+        if not module.OUTPUTS or not all(isinstance(o, Output) for o in module.OUTPUTS):
+            problems.append("OUTPUTS must be a non-empty tuple of Output records")
+        if not module.SHAPE_PARAMS:
+            problems.append("SHAPE_PARAMS is empty")
     for name, kind in _FUNCTIONS.items():
         func = getattr(module, name, None)
         if func is None:
@@ -377,7 +380,7 @@ class Family:
         for n, s in self.ladder + self.leave_one_out():
             if n == variant_name:
                 return s
-        raise ValueError(f"unknown {self.label} variant {variant_name!r}; known: {', '.join(self.variant_names())}.")
+        raise UsageError(f"unknown {self.label} variant {variant_name!r}; known: {', '.join(self.variant_names())}.")
 
     # ---------------------------------------------------------------- validation
     def check_switches(self, switches: Iterable[str]) -> frozenset:
@@ -385,19 +388,19 @@ class Family:
         sw = frozenset(switches)
         unknown = sorted(sw - set(self.switches))
         if unknown:
-            raise ValueError(f"unknown {self.label} switch(es) {', '.join(unknown)}; known: {', '.join(self.switches)}.")
+            raise UsageError(f"unknown {self.label} switch(es) {', '.join(unknown)}; known: {', '.join(self.switches)}.")
         for s in self.switches.values():
             if s.name in sw:
                 for dep in s.requires:
                     if dep not in sw:
-                        raise ValueError(f"switch {s.name} depends on {dep}; enable {dep} too.")
+                        raise UsageError(f"switch {s.name} depends on {dep}; enable {dep} too.")
         return sw
 
     def switch_kwargs(self, switches: Mapping[str, Any]) -> frozenset:
         """``{name: True/False}`` build keywords -> the validated set of those that are on."""
         bad = [n for n, v in switches.items() if not isinstance(v, bool)]
         if bad:
-            raise ValueError(f"{self.label} switches take True/False; got "
+            raise UsageError(f"{self.label} switches take True/False; got "
                              f"{', '.join(f'{n}={switches[n]!r}' for n in bad)}.")
         return self.check_switches(n for n, on in switches.items() if on)
 
@@ -406,7 +409,7 @@ class Family:
         if variant_name is None:
             return dict(switches)
         if switches:
-            raise ValueError("give either variant_name or individual switches, not both.")
+            raise UsageError("give either variant_name or individual switches, not both.")
         return {s: True for s in self.switch_set(variant_name)}
 
     def shape(self, numbers: Sequence[int]) -> dict[str, int]:
@@ -414,7 +417,7 @@ class Family:
         names, optional = self.shape_params, self.optional_shape_params
         if not len(names) <= len(numbers) <= len(names) + len(optional):
             spec = ",".join(names) + "".join(f"[,{o}]" for o in optional)
-            raise ValueError(f"{self.name} takes a shape {spec}; got {len(numbers)} numbers")
+            raise UsageError(f"{self.name} takes a shape {spec}; got {len(numbers)} numbers")
         return dict(zip(names + optional, numbers))
 
     def shape_spec(self) -> str:
@@ -467,7 +470,7 @@ def get(name: str) -> Family:
     if name not in _REGISTRY and name in FAMILIES:
         register(FAMILIES[name])
     if name not in _REGISTRY:
-        raise ValueError(f"unknown kernel family {name!r} (known: {', '.join({**FAMILIES, **_REGISTRY})})")
+        raise UsageError(f"unknown kernel family {name!r} (known: {', '.join({**FAMILIES, **_REGISTRY})})")
     return _REGISTRY[name]
 
 

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from . import family, modes, reference, toolchain, variants
+from .errors import UsageError
 
 #: The gate's cosine for outputs that declare no ``min_cosine`` of their own, and the historical
 #: single-output gate (kept for callers that read it).
@@ -121,12 +122,12 @@ def compare_outputs(fam: family.Family, buffers: dict, expected: dict) -> dict[s
 
 def _check_backend(backend: str) -> None:
     if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        raise UsageError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
     if backend == "device":
         gpu = modes.visible_gpu()
         if gpu is None or gpu.arch != "gfx950":
             where = f"{gpu.name} ({gpu.arch})" if gpu else "no GPU"
-            raise ValueError(f"--backend device needs a gfx950 GPU (MI355X); this machine has {where}")
+            raise UsageError(f"--backend device needs a gfx950 GPU (MI355X); this machine has {where}")
 
 
 def _run_emulator(variant, module, params, shape_kw, inputs, *, hazards, processes) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import family
+from .errors import UsageError
 
 #: Family name -> kernel module (the registry's own list; kept under its old name for callers).
 KERNEL_MODULES = family.FAMILIES
@@ -81,7 +82,7 @@ def all_variants() -> dict[str, Variant]:
 def get(name: str) -> Variant:
     variants = all_variants()
     if name not in variants:
-        raise ValueError(f"unknown variant {name!r} (known: {', '.join(variants)})")
+        raise UsageError(f"unknown variant {name!r} (known: {', '.join(variants)})")
     return variants[name]
 
 
@@ -90,7 +91,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise ValueError(f"shape {text!r} must be comma-separated integers, e.g. 512,512,1024") from None
+        raise UsageError(f"shape {text!r} must be comma-separated integers, e.g. 512,512,1024") from None
     if not shape or any(n <= 0 for n in shape):
-        raise ValueError(f"shape {text!r} must be positive integers")
+        raise UsageError(f"shape {text!r} must be positive integers")
     return shape

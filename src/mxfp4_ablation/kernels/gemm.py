@@ -47,6 +47,7 @@ code.
 """
 
 from mxfp4_ablation import family as _family
+from mxfp4_ablation.errors import UsageError
 from mxfp4_ablation.family import Expect, Output, Seed, Switch
 
 #: The kernel family's name (its ladder is ``gemm-v0`` .. ``gemm-v7``) and how errors name it.
@@ -183,11 +184,11 @@ def check_shape(M, N, K) -> dict:
     """Validate a shape before any compile (one clear ValueError); returns it as keywords."""
     for name, v in (("M", M), ("N", N), ("K", K)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}.")
+            raise UsageError(f"{name} must be a positive integer, got {v!r}.")
     if M % BLOCK_M or N % BLOCK_N:
-        raise ValueError(f"M and N must be multiples of {BLOCK_M} (one 256x256 tile per workgroup), got M={M}, N={N}.")
+        raise UsageError(f"M and N must be multiples of {BLOCK_M} (one 256x256 tile per workgroup), got M={M}, N={N}.")
     if K % BLOCK_K:
-        raise ValueError(f"K must be a multiple of {BLOCK_K} (one K step = 256 fp4), got K={K}.")
+        raise UsageError(f"K must be a multiple of {BLOCK_K} (one K step = 256 fp4), got K={K}.")
     return {"M": M, "N": N, "K": K}
 
 

@@ -50,6 +50,7 @@ HIP backend"), whose claims are quoted, never its code.
 
 
 from mxfp4_ablation import family as _family
+from mxfp4_ablation.errors import UsageError
 from mxfp4_ablation.family import Expect, Output, Seed, Switch
 
 from .moe_shape import BLOCK_MS, OPTIONAL_SHAPE_PARAMS, SHAPE_PARAMS, default_block_m, max_sorted  # noqa: F401
@@ -125,9 +126,9 @@ def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
 
     shape = check(tokens, experts, hidden, inter, topk, block_m)
     if hidden % K_STEP:
-        raise ValueError(f"hidden must be a multiple of {K_STEP} (one K step), got {hidden}.")
+        raise UsageError(f"hidden must be a multiple of {K_STEP} (one K step), got {hidden}.")
     if tokens * hidden // 2 >= 1 << 32 or experts * inter * hidden >= 1 << 32:
-        raise ValueError("a_quant and w1 must each stay below 4 GiB (32-bit buffer offsets).")
+        raise UsageError("a_quant and w1 must each stay below 4 GiB (32-bit buffer offsets).")
     return shape
 
 

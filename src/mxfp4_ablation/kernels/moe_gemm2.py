@@ -51,6 +51,7 @@ quoted, never its code.
 from __future__ import annotations
 
 from mxfp4_ablation import family as _family
+from mxfp4_ablation.errors import UsageError
 from mxfp4_ablation.family import Expect, Output, Seed, Switch
 
 from .moe_shape import BLOCK_MS, OPTIONAL_SHAPE_PARAMS, SHAPE_PARAMS, default_block_m, regime  # noqa: F401
@@ -146,7 +147,7 @@ def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
 
     shape = check(tokens, experts, hidden, inter, topk, block_m)
     if hidden % BLOCK_N:
-        raise ValueError(f"hidden must be a multiple of {BLOCK_N} (one 256-column block per workgroup), got {hidden}.")
+        raise UsageError(f"hidden must be a multiple of {BLOCK_N} (one 256-column block per workgroup), got {hidden}.")
     return shape
 
 

@@ -4,6 +4,8 @@ checks every MoE launch needs. Each kernel adds only its own tiling constraints.
 
 from __future__ import annotations
 
+from mxfp4_ablation.errors import UsageError
+
 SHAPE_PARAMS = ("tokens", "experts", "hidden", "inter", "topk")
 #: A sixth --shape number picks the row block (16: decode, 128: prefill); default by token count.
 OPTIONAL_SHAPE_PARAMS = ("block_m",)
@@ -32,15 +34,15 @@ def check(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
     for name, v in (("tokens", tokens), ("experts", experts), ("hidden", hidden), ("inter", inter),
                     ("topk", topk), ("block_m", block_m)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}.")
+            raise UsageError(f"{name} must be a positive integer, got {v!r}.")
     if block_m not in BLOCK_MS:
-        raise ValueError(f"block_m must be 16 (decode) or 128 (prefill), got {block_m}.")
+        raise UsageError(f"block_m must be 16 (decode) or 128 (prefill), got {block_m}.")
     if inter % 256:
-        raise ValueError(f"inter must be a multiple of 256 (the scale preshuffle's 8-word group), got {inter}.")
+        raise UsageError(f"inter must be a multiple of 256 (the scale preshuffle's 8-word group), got {inter}.")
     if topk > experts:
-        raise ValueError(f"topk ({topk}) cannot exceed experts ({experts}).")
+        raise UsageError(f"topk ({topk}) cannot exceed experts ({experts}).")
     if tokens >= 1 << 24:
-        raise ValueError(f"tokens must be below 2**24 (the sorted id's token field), got {tokens}.")
+        raise UsageError(f"tokens must be below 2**24 (the sorted id's token field), got {tokens}.")
     return {"tokens": tokens, "experts": experts, "hidden": hidden, "inter": inter, "topk": topk,
             "block_m": block_m}
 
