@@ -18,13 +18,16 @@ theirs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +136,8 @@ def _flat(n: int, dtype):
     return torch.empty(n, dtype=dtype)
 
 
-def flydsl_gemm_entry(checkout: str, M: int, N: int, K: int, digest: str = "", **kw):
+def flydsl_gemm_entry(checkout: str, M: int, N: int, K: int, digest: str = "", device_libs: str | None = None,
+                      device_libs_digest: str | None = None, **kw):
     """FlyDSL's GEMM, called as that commit's own ``tests/kernels/test_fp4_gemm_4wave.py`` does:
     ``compile_fp4_gemm_4w(K=K, MN=(M, N))`` after PR #990, ``compile_fp4_gemm_4w(K=K,
     mn_aligned=...)`` before it; A, B, C, A_scale, B_scale flattened, then M, N, stream."""
@@ -161,6 +165,96 @@ def flydsl_gemm_entry(checkout: str, M: int, N: int, K: int, digest: str = "", *
     return launcher, args
 
 
+def _import_aiter(checkout: str, module: str):
+    """Import ``aiter.ops.flydsl.kernels.<module>`` from ``checkout`` without running aiter's package
+    ``__init__`` files (they load aiter's C++ extensions): the parent packages are bare namespace
+    modules pointing at the checkout's folders, so only the kernel module and its own relative
+    imports (``dpp_utils``...) execute."""
+    import importlib
+    import types
+
+    for name in [n for n in sys.modules if n == "aiter" or n.startswith("aiter.")]:
+        del sys.modules[name]
+    folder = Path(checkout)
+    for name in ("aiter", "aiter.ops", "aiter.ops.flydsl", "aiter.ops.flydsl.kernels"):
+        folder = folder / name.rsplit(".", 1)[-1]
+        pkg = types.ModuleType(name)
+        pkg.__path__ = [str(folder)]
+        sys.modules[name] = pkg
+    return importlib.import_module(f"aiter.ops.flydsl.kernels.{module}")
+
+
+_MOE_DTYPES = {  # dtype of each buffer argument (the callers in aiter/ops/flydsl/mxfp4_gemm*_kernels.py)
+    "arg_eids": "int32", "arg_cumsum": "int32", "arg_mind": "int32", "arg_stids": "int32",
+    "arg_sweights": "float32", "arg_out": "bfloat16", "arg_hidden": "bfloat16",
+}
+
+
+def _flydsl_buffer_ops_shim(flydsl_helpers: str | None) -> None:
+    """aiter's MoE kernels (written for flydsl 0.2.0, aiter's pin) import ``flydsl.expr.buffer_ops``;
+    FlyDSL PR #880 (7dac0826) moved that module to the FlyDSL repo's ``kernels/common/buffer_ops.py``,
+    so flydsl 0.5.0 has none. When it is missing, the moved module is imported from the FlyDSL checkout
+    ``flydsl_helpers`` and registered under its old name (upstream code only; nothing of ours)."""
+    import importlib
+
+    try:
+        importlib.import_module("flydsl.expr.buffer_ops")
+        return
+    except ImportError:
+        pass
+    if not flydsl_helpers:
+        raise UpstreamError("this flydsl has no flydsl.expr.buffer_ops (moved to FlyDSL's kernels/common by "
+                            "FlyDSL PR #880): pass flydsl_helpers=<a FlyDSL checkout> (CLI --flydsl-helpers).")
+    import flydsl.expr
+
+    mod = _import_from(flydsl_helpers, "kernels.common.buffer_ops")
+    sys.modules["flydsl.expr.buffer_ops"] = mod
+    flydsl.expr.buffer_ops = mod
+
+
+def aiter_moe_entry(checkout: str, stage: str, BM: int, use_nt: bool, tokens: int, experts: int, hidden: int,
+                    inter: int, topk: int, inline_quant: bool = False, epilog: str = "atomic", digest: str = "",
+                    flydsl_helpers: str | None = None, device_libs: str | None = None,
+                    device_libs_digest: str | None = None):
+    """aiter's FlyDSL MoE gemm1/gemm2, built as ``aiter/ops/flydsl/mxfp4_gemm{1,2}_kernels.py`` build
+    them (``compile_gemm1_a4w4_port(BM, use_nt, inline_quant, D_HIDDEN, D_INTER, NE, TOPK)`` /
+    ``compile_gemm2_a4w4_port(BM, use_nt, NE, N_OUT=hidden, epilog, D_INTER)``), launched with
+    each parameter's declared type: 0 for a ``fx.Int64`` address (after PR #3828), a small 1-D tensor
+    for a ``fx.Tensor`` (before it; the kernels build their buffer resources from the base address
+    and compile-time sizes, so a tensor's length does not reach the ISA), the token count / grid /
+    max-m-blocks for the i32s."""
+    import torch
+    import flydsl.expr as fx
+
+    _flydsl_buffer_ops_shim(flydsl_helpers)
+    if stage == "gemm1":
+        mod = _import_aiter(checkout, "mxfp4_gemm1")
+        launcher = mod.compile_gemm1_a4w4_port(BM, use_nt, inline_quant, D_HIDDEN=hidden, D_INTER=inter,
+                                               NE=experts, TOPK=topk)
+        ints = {"i32_ntok": tokens, "i32_grid": mod.gemm1_grid(tokens, BM, NE=experts, TOPK=topk, INTER=inter)}
+    elif stage == "gemm2":
+        mod = _import_aiter(checkout, "mxfp4_gemm2")
+        launcher = mod.compile_gemm2_a4w4_port(BM=BM, use_nt=use_nt, NE=experts, N_OUT=hidden, epilog=epilog,
+                                               D_INTER=inter)
+        max_sorted = tokens * topk + min(experts, tokens * topk) * (BM - 1)
+        ints = {"i32_M": tokens, "i32_max_m_blocks": -(-max_sorted // BM)}
+    else:
+        raise ValueError(f"stage must be 'gemm1' or 'gemm2', got {stage!r}")
+    sig = inspect.signature(getattr(launcher, "func", launcher))
+    args = []
+    for name, param in sig.parameters.items():
+        ann = getattr(param.annotation, "__name__", str(param.annotation))
+        if "Stream" in ann:
+            args.append(fx.Stream(None))
+        elif "Tensor" in ann:
+            args.append(torch.zeros(64, dtype=getattr(torch, _MOE_DTYPES.get(name, "uint8"))))
+        elif name in ints:
+            args.append(int(ints[name]))
+        else:
+            args.append(0)
+    return launcher, tuple(args)
+
+
 # --------------------------------------------------------------------------------------------
 # Compiling through toolchain's worker and cache
 # --------------------------------------------------------------------------------------------
@@ -168,7 +262,9 @@ def flydsl_gemm_entry(checkout: str, M: int, N: int, K: int, digest: str = "", *
 
 def _entry_digest() -> str:
     """Hash of the entry-point functions' source (not the whole module: docs edits keep the cache)."""
-    text = "".join(inspect.getsource(f) for f in (_import_from, _flat, flydsl_gemm_entry))
+    text = "".join(inspect.getsource(f) for f in (_import_from, _flat, flydsl_gemm_entry, _import_aiter, _flydsl_buffer_ops_shim,
+                                          aiter_moe_entry))
+    text += json.dumps(_MOE_DTYPES, sort_keys=True)
     return hashlib.sha256(f"{ENTRY_VERSION}\n{text}".encode()).hexdigest()
 
 
@@ -183,17 +279,76 @@ def compile_upstream(target: str, params: dict[str, Any], *, arch: str = toolcha
                      use_cache: bool = True) -> toolchain.Artifact:
     """Compile one upstream entry point with toolchain's worker; cached under a key of the
     checkout's content digest (``params['digest']``), the entry point and FlyDSL's version."""
-    key = _key(target, params, arch)
-    if use_cache:
-        hit = toolchain._load_cached(key)
-        if hit is not None:
-            return hit
-    try:
-        (artifact,) = toolchain._run_worker([((target, params), key)], arch)
-    except toolchain.ToolchainError as err:
-        raise UpstreamError(str(err)) from None
-    toolchain._store(artifact)
-    return artifact
+    return compile_upstream_many([(target, params)], arch=arch, use_cache=use_cache)[0]
+
+
+def device_libs_digest(folder: Path | str) -> str:
+    """sha256 over the ``*.bc`` files of a ROCm device-library folder (``amdgcn/bitcode``)."""
+    root = Path(folder)
+    files = sorted(root.glob("*.bc"))
+    if not files:
+        raise UpstreamError(f"{root} holds no device-library bitcode (*.bc: ocml.bc, ockl.bc...).")
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _toolkit_with_device_libs(bitcode: str | None):
+    """ROCM_PATH for the worker with ``amdgcn/bitcode`` = ``bitcode`` and toolchain's ``ld.lld``.
+
+    FlyDSL links ocml/ockl from ``$ROCM_PATH/amdgcn/bitcode`` into kernels that call them
+    (``__ocml_exp2_f32``, ``__ockl_get_num_groups``...); without ROCm none is there. The staged root
+    is a temporary folder (toolchain accepts a ``ROCM_PATH`` with ``llvm/bin/ld.lld``)."""
+    if not bitcode:
+        yield
+        return
+    linker = toolchain.toolkit_root() / "llvm" / "bin" / "ld.lld"
+    saved = os.environ.get("ROCM_PATH")
+    with tempfile.TemporaryDirectory(prefix="mxfp4-devlibs-") as tmp:
+        root = Path(tmp)
+        (root / "llvm" / "bin").mkdir(parents=True)
+        (root / "amdgcn").mkdir()
+        shutil.copy2(linker, root / "llvm" / "bin" / "ld.lld")
+        (root / "amdgcn" / "bitcode").symlink_to(Path(bitcode).resolve())
+        os.environ["ROCM_PATH"] = str(root)
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("ROCM_PATH", None)
+            else:
+                os.environ["ROCM_PATH"] = saved
+
+
+def compile_upstream_many(requests: list[tuple[str, dict[str, Any]]], *, arch: str = toolchain.DEFAULT_ARCH,
+                          use_cache: bool = True, keep_going: bool = False) -> list[Any]:
+    """Several upstream compiles; the cache misses share one worker process (FlyDSL imports once).
+    With ``keep_going`` a failed compile gives its :class:`UpstreamError` in its place instead of
+    raising. A request whose params name ``device_libs`` compiles with that bitcode folder."""
+    keys = [_key(t, p, arch) for t, p in requests]
+    results: list[Any] = [(toolchain._load_cached(k) if use_cache else None) for k in keys]
+    todo = [i for i, r in enumerate(results) if r is None]
+    batches: list[list[int]] = []
+    if keep_going:  # one worker per job: toolchain stops a batch at its first failure
+        batches = [[i] for i in todo]
+    else:
+        for libs in dict.fromkeys(requests[i][1].get("device_libs") for i in todo):
+            batches.append([i for i in todo if requests[i][1].get("device_libs") == libs])
+    for batch in batches:
+        try:
+            with _toolkit_with_device_libs(requests[batch[0]][1].get("device_libs")):
+                arts = toolchain._run_worker([(requests[i], keys[i]) for i in batch], arch)
+        except toolchain.ToolchainError as err:
+            if not keep_going:
+                raise UpstreamError(str(err)) from None
+            results[batch[0]] = UpstreamError(str(err))
+            continue
+        for i, art in zip(batch, arts):
+            toolchain._store(art)
+            results[i] = art
+    return results
 
 
 def flydsl_gemm_artifact(checkout: Path | str, M: int, N: int, K: int, *, arch: str = toolchain.DEFAULT_ARCH,
@@ -208,6 +363,65 @@ def flydsl_gemm_isa(checkout: Path | str, M: int, N: int, K: int, **kw) -> str:
     """ISA text of FlyDSL's ``kernels/gemm/fp4_gemm_4wave.py`` from ``checkout``, compiled offline
     for gfx950 at (M, N, K). Extra keywords go to ``compile_fp4_gemm_4w``."""
     return flydsl_gemm_artifact(checkout, M, N, K, **kw).isa
+
+
+#: Kimi-K2.5 at TP=4 (aiter's ``kimik2_5_mxfp4_tuned_fmoe.csv``: NE 385, H 7168, E 512, top-k 9).
+KIMI_K25_TP4 = {"experts": 385, "hidden": 7168, "inter": 512, "topk": 9}
+
+#: The aiter MoE kernels the Kimi tuned config picks (b242ba66a's kimik2_5_mxfp4_tuned_fmoe.csv):
+#: decode (1..128 tokens) ``..._BM16_INLINEQUANT`` + ``..._TOPK9_BM16_ATOMIC_NT``; prefill (4096)
+#: ``..._BM128`` + ``..._BM128_NONATOMIC``. Token counts as in the study's ISA cases (16, 4096).
+MOE_CASES = {
+    ("gemm1", "decode"): {"BM": 16, "use_nt": True, "inline_quant": True, "tokens": 16},
+    ("gemm1", "prefill"): {"BM": 128, "use_nt": False, "inline_quant": False, "tokens": 4096},
+    ("gemm2", "decode"): {"BM": 16, "use_nt": True, "epilog": "atomic", "tokens": 16},
+    ("gemm2", "prefill"): {"BM": 128, "use_nt": False, "epilog": "nonatomic", "tokens": 4096},
+}
+
+
+def _moe_params(root: Path, stage: str, regime: str | None, shape: dict[str, Any] | None, kw: dict) -> dict:
+    if stage not in AITER_MOE_FILES:
+        raise UpstreamError(f"stage must be one of {sorted(AITER_MOE_FILES)}, got {stage!r}.")
+    params = dict(MOE_CASES[(stage, regime)]) if regime else {}
+    if regime is not None and (stage, regime) not in MOE_CASES:
+        raise UpstreamError(f"regime must be 'decode' or 'prefill', got {regime!r}.")
+    params.update(shape or KIMI_K25_TP4)
+    params.update(kw)
+    missing = [k for k in ("BM", "use_nt", "tokens", "experts", "hidden", "inter", "topk") if k not in params]
+    if missing:
+        raise UpstreamError(f"aiter {stage} needs {', '.join(missing)} (or a regime).")
+    if stage == "gemm1":
+        params.pop("epilog", None)
+    else:
+        params.pop("inline_quant", None)
+    libs = params.pop("device_libs", None)
+    if libs:
+        params["device_libs"] = str(Path(libs).resolve())
+        params["device_libs_digest"] = device_libs_digest(libs)
+    helpers = params.pop("flydsl_helpers", None)
+    digest = tree_digest(root, AITER_MOE_DEPS)
+    if helpers:
+        helpers = str(_check_checkout(helpers, "kernels/common/buffer_ops.py", "FlyDSL (helpers)"))
+        params["flydsl_helpers"] = helpers
+        digest = hashlib.sha256((digest + tree_digest(Path(helpers), ("kernels/common",))).encode()).hexdigest()
+    return {"checkout": str(root), "stage": stage, **params, "digest": digest}
+
+
+def aiter_moe_artifact(checkout: Path | str, stage: str, regime: str | None = "decode",
+                       shape: dict[str, Any] | None = None, *, arch: str = toolchain.DEFAULT_ARCH,
+                       use_cache: bool = True, **kw) -> toolchain.Artifact:
+    root = _check_checkout(checkout, AITER_MOE_FILES.get(stage, AITER_MOE_FILES["gemm1"]), "aiter")
+    params = _moe_params(root, stage, regime, shape, kw)
+    return compile_upstream("mxfp4_ablation.upstream:aiter_moe_entry", params, arch=arch, use_cache=use_cache)
+
+
+def aiter_moe_isa(checkout: Path | str, stage: str, regime: str | None = "decode",
+                  shape: dict[str, Any] | None = None, **kw) -> str:
+    """ISA text of aiter's FlyDSL MoE ``stage`` ("gemm1"|"gemm2") from ``checkout``, compiled offline
+    for gfx950. ``regime`` picks a :data:`MOE_CASES` entry (decode BM16 / prefill BM128); ``shape``
+    overrides the Kimi-K2.5 TP=4 model dims (experts, hidden, inter, topk); keywords override
+    anything (BM, use_nt, inline_quant, epilog, tokens)."""
+    return aiter_moe_artifact(checkout, stage, regime, shape, **kw).isa
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,16 +439,19 @@ def _metadata_args(isa_text: str, kernel: str | None = None) -> list[dict[str, A
 
 
 def named_args(isa_text: str, names: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """The kernel's metadata ``.args`` with names: ``names`` is ``[(name, "tensor"|"i32"), ...]`` in
-    parameter order; a tensor is two entries (``name`` = 8-byte pointer, ``name.layout`` = its
-    by-value shape/stride block), an i32 one. Raises if the counts disagree."""
+    """The kernel's metadata ``.args`` with names: ``names`` is ``[(name, "tensor"|"i32"|"i64"), ...]``
+    in parameter order; a tensor is two entries (``name`` = 8-byte pointer, ``name.layout`` = its
+    by-value shape/stride block), an i32/i64 one. Hidden (implicit) arguments the runtime fills --
+    ``hidden_block_count_x``... -- keep their value kind as name. Raises if the counts disagree."""
     md = _metadata_args(isa_text)
+    explicit = [a for a in md if not str(a["value_kind"]).startswith("hidden_")]
     labels: list[str] = []
     for name, kind in names:
         labels += [name, f"{name}.layout"] if kind == "tensor" else [name]
-    if len(labels) != len(md):
-        raise UpstreamError(f"kernel has {len(md)} kernargs but the call names {len(labels)} ({labels}).")
-    return [{"name": n, **a} for n, a in zip(labels, md)]
+    if len(labels) != len(explicit):
+        raise UpstreamError(f"kernel has {len(explicit)} explicit kernargs but the call names {len(labels)} ({labels}).")
+    it = iter(labels)
+    return [{"name": a["value_kind"] if str(a["value_kind"]).startswith("hidden_") else next(it), **a} for a in md]
 
 
 GEMM_ARG_NAMES = [("A", "tensor"), ("B_T", "tensor"), ("C", "tensor"), ("A_scale", "tensor"),
@@ -247,7 +464,9 @@ def write_isa(artifact: toolchain.Artifact, out: Path, info: dict[str, Any]) -> 
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(artifact.isa)
     os.replace(tmp, out)
-    meta = {**info, "kernel": artifact.kernel_name, "flydsl_version": artifact.flydsl_version, "arch": artifact.arch,
+    from . import isa
+
+    meta = {**info, "kernel": isa.parse(artifact.isa)[0].name, "flydsl_version": artifact.flydsl_version, "arch": artifact.arch,
             "resources": artifact.resources, "compile_seconds": artifact.compile_seconds,
             "cache_key": artifact.key, "env": {"COMPILE_ONLY": "1", "ARCH": artifact.arch,
                                                "FLYDSL_DEBUG_DUMP_ASM": "1"}}
@@ -265,9 +484,11 @@ def compile_flydsl_gemms(checkout: Path, commit: str, out_root: Path, shapes=PR9
                          command: str = "") -> list[Path]:
     """Compile FlyDSL's GEMM at every shape and write ``<out_root>/flydsl/<commit8>/M.._N.._K...s``."""
     root = _check_checkout(checkout, FLYDSL_GEMM_FILE, "FlyDSL")
+    digest = tree_digest(root, FLYDSL_GEMM_DEPS)
+    requests = [("mxfp4_ablation.upstream:flydsl_gemm_entry",
+                 {"checkout": str(root), "M": int(M), "N": int(N), "K": int(K), "digest": digest}) for M, N, K in shapes]
     written = []
-    for M, N, K in shapes:
-        art = flydsl_gemm_artifact(root, M, N, K)
+    for (M, N, K), art in zip(shapes, compile_upstream_many(requests)):
         info = {"source": "flydsl", "commit": commit, "checkout": str(root), "file": FLYDSL_GEMM_FILE,
                 "shape": {"M": M, "N": N, "K": K},
                 "call": (f"compile_fp4_gemm_4w(K={K}, MN=({M}, {N}))" if _has_param(root, "MN")
@@ -277,6 +498,82 @@ def compile_flydsl_gemms(checkout: Path, commit: str, out_root: Path, shapes=PR9
                 "args_note": "tensors are passed flattened 1-D (as upstream's test does): layout = i32 element count",
                 "command": command}
         written.append(write_isa(art, out_root / "flydsl" / commit[:8] / f"M{M}_N{N}_K{K}.s", info))
+    return written
+
+
+GEMM1_ARG_NAMES = ["arg_aq", "arg_ascale", "arg_bq", "arg_bscale", "arg_eids", "arg_cumsum", "arg_mind",
+                    "i32_ntok", "arg_aqout", "arg_ascaleout", "arg_hidden"]
+GEMM2_ARG_NAMES = ["arg_aq", "arg_ascale", "arg_bq", "arg_bscale", "arg_eids", "arg_cumsum", "arg_stids",
+                    "arg_sweights", "i32_M", "arg_out", "arg_out_scale"]
+
+
+def _moe_grid(p: dict[str, Any]) -> tuple[list[int], str]:
+    """The launch grid the aiter host code computes (gemm1_grid / flydsl_mxfp4_gemm2)."""
+    BM, T, E, K = p["BM"], p["tokens"], p["experts"], p["topk"]
+    if p["stage"] == "gemm1":
+        blocks = (T * K + (E if BM == 128 else min(T * K, E)) * (BM - 1) + BM - 1) // BM
+        return [blocks * (2 * p["inter"] // 256), 1, 1], "gemm1_grid(tokens, BM, NE, TOPK, INTER)"
+    max_sorted = T * K + min(E, T * K) * (BM - 1)
+    tiles = -(-max_sorted // BM) * (p["hidden"] // 256)
+    if p.get("epilog", "atomic") != "atomic":
+        return [256 if tiles > 256 * 4 else tiles, 1, 1], "persistent: NUM_CU=256 if tiles > 1024 else tiles"
+    return [tiles, 1, 1], "max_m_blocks * N_OUT/256"
+
+
+def compile_aiter_moes(checkout: Path, commit: str, out_root: Path, command: str = "",
+                       cases=None, flydsl_helpers: Path | None = None,
+                       device_libs: Path | None = None) -> list[Path]:
+    """Compile aiter's MoE gemm1/gemm2 for every :data:`MOE_CASES` entry and write
+    ``<out_root>/aiter/<commit9>/<stage>_<regime>.s`` (+ ``.json``). Each case is compiled first
+    without device libraries; one that needs them (it calls ocml/ockl) is compiled again with
+    ``device_libs`` when given (its ``.json`` says so). A case that still does not compile gets
+    ``<stage>_<regime>.error.txt`` (the error) instead, and the others still run."""
+    root = _check_checkout(checkout, AITER_MOE_FILES["gemm1"], "aiter")
+    cases = list(cases or MOE_CASES)
+    extra = {"flydsl_helpers": str(flydsl_helpers)} if flydsl_helpers else {}
+    target = "mxfp4_ablation.upstream:aiter_moe_entry"
+    requests = [(target, _moe_params(root, s, r, None, dict(extra))) for s, r in cases]
+    arts = compile_upstream_many(requests, keep_going=True)
+    errors: dict[int, str] = {}
+    for n, art in enumerate(arts):
+        if isinstance(art, Exception) and device_libs and "bitcode" in str(art):
+            errors[n] = str(art).splitlines()[0].rpartition(" failed: ")[2]
+            stage, regime = cases[n]
+            requests[n] = (target, _moe_params(root, stage, regime, None, {**extra, "device_libs": str(device_libs)}))
+            arts[n] = compile_upstream_many([requests[n]], keep_going=True)[0]
+    written = []
+    for n, ((stage, regime), (_, params), art) in enumerate(zip(cases, requests, arts)):
+        base = out_root / "aiter" / commit[:9] / f"{stage}_{regime}"
+        if isinstance(art, Exception):
+            base.parent.mkdir(parents=True, exist_ok=True)
+            base.with_suffix(".error.txt").write_text(f"{params}\n{art}\n")
+            print(f"error: aiter {commit[:9]} {stage} {regime}: {str(art).splitlines()[0]}", file=sys.stderr)
+            continue
+        base.with_suffix(".error.txt").unlink(missing_ok=True)
+        grid, rule = _moe_grid(params)
+        names = GEMM1_ARG_NAMES if stage == "gemm1" else GEMM2_ARG_NAMES
+        md = _metadata_args(art.isa)
+        tensors = any(a["value_kind"] == "global_buffer" for a in md)
+        kinds = [(name, "i32" if name.startswith("i32") else ("tensor" if tensors else "i64")) for name in names]
+        try:
+            args = named_args(art.isa, kinds)
+        except UpstreamError:
+            args = md
+        notes = []
+        if params.get("flydsl_helpers"):
+            notes.append("aiter pins flydsl 0.2.0; compiled with this flydsl, flydsl.expr.buffer_ops taken from "
+                         "flydsl_helpers' kernels/common/buffer_ops.py (moved there by FlyDSL PR #880)")
+        if params.get("device_libs"):
+            notes.append(f"without device libraries it failed ({errors.get(n, 'needs ocml/ockl')}); compiled "
+                         f"with the bitcode in device_libs")
+        info = {"source": "aiter", "commit": commit, "checkout": str(root), "file": AITER_MOE_FILES[stage],
+                "stage": stage, "regime": regime,
+                "shape": {k: params[k] for k in ("tokens", "experts", "hidden", "inter", "topk")},
+                "config": {k: params[k] for k in ("BM", "use_nt", "inline_quant", "epilog") if k in params},
+                "grid": grid, "grid_rule": rule, "block": [256, 1, 1], "args": args, "command": command,
+                "flydsl_helpers": params.get("flydsl_helpers"), "device_libs": params.get("device_libs"),
+                "device_libs_digest": params.get("device_libs_digest"), "note": "; ".join(notes)}
+        written.append(write_isa(art, base.with_suffix(".s"), info))
     return written
 
 
@@ -305,6 +602,10 @@ def main(argv: list[str] | None = None) -> int:
     co.add_argument("--flydsl", type=Path, help="FlyDSL checkout (has kernels/gemm/fp4_gemm_4wave.py)")
     co.add_argument("--aiter", type=Path, help="aiter checkout (has aiter/ops/flydsl/kernels/mxfp4_gemm1.py)")
     co.add_argument("--commit", required=True, help="the checkout's commit id (labels the output folder)")
+    co.add_argument("--flydsl-helpers", type=Path,
+                    help="FlyDSL checkout whose kernels/common/buffer_ops.py stands in for flydsl.expr.buffer_ops")
+    co.add_argument("--device-libs", type=Path,
+                    help="ROCm device-library bitcode folder (amdgcn/bitcode) for kernels that call ocml/ockl")
     co.add_argument("--shape", action="append", type=_parse_shape, help="GEMM MxNxK (default: PR #990's four)")
     co.add_argument("--out", type=Path, default=Path("/work/upstream/out"))
     args = parser.parse_args(argv)
@@ -319,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  tuple(args.shape or PR990_SHAPES), _cli_command(argv)):
                     print(path)
             if args.aiter:
-                for path in compile_aiter_moes(args.aiter, args.commit, args.out, _cli_command(argv)):
+                for path in compile_aiter_moes(args.aiter, args.commit, args.out, _cli_command(argv),
+                                               flydsl_helpers=args.flydsl_helpers, device_libs=args.device_libs):
                     print(path)
     except (UpstreamError, toolchain.ToolchainError) as err:
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
