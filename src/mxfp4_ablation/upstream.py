@@ -382,9 +382,9 @@ MOE_CASES = {
 def _moe_params(root: Path, stage: str, regime: str | None, shape: dict[str, Any] | None, kw: dict) -> dict:
     if stage not in AITER_MOE_FILES:
         raise UpstreamError(f"stage must be one of {sorted(AITER_MOE_FILES)}, got {stage!r}.")
-    params = dict(MOE_CASES[(stage, regime)]) if regime else {}
     if regime is not None and (stage, regime) not in MOE_CASES:
         raise UpstreamError(f"regime must be 'decode' or 'prefill', got {regime!r}.")
+    params = dict(MOE_CASES[(stage, regime)]) if regime else {}
     params.update(shape or KIMI_K25_TP4)
     params.update(kw)
     missing = [k for k in ("BM", "use_nt", "tokens", "experts", "hidden", "inter", "topk") if k not in params]
