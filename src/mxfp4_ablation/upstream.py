@@ -583,6 +583,77 @@ def _has_param(root: Path, name: str) -> bool:
     return f" {name}:" in text[start:text.find("):", start)] if start >= 0 else False
 
 
+# --------------------------------------------------------------------------------------------
+# Fingerprint table: every written .s + .json under an output root -> one CSV (numbers only)
+# --------------------------------------------------------------------------------------------
+
+FINGERPRINT_COLUMNS = ("source", "commit", "file", "flydsl_version", "kernel", "stage", "regime", "shape",
+                       "config", "metric", "value", "command", "note")
+
+
+def _shape_text(info: dict[str, Any]) -> str:
+    shape = dict(info.get("shape") or {})
+    if info.get("source") == "aiter" and "BM" in (info.get("config") or {}):
+        shape["BM"] = info["config"]["BM"]
+    return " ".join(f"{k}={v}" for k, v in shape.items())
+
+
+def fingerprint_rows(out_root: Path | str) -> list[dict[str, Any]]:
+    """One row per (kernel, fingerprint metric) for every ``.s`` with a ``.json`` beside it under
+    ``out_root`` (as :func:`compile_flydsl_gemms` / :func:`compile_aiter_moes` write them), sorted."""
+    from . import isa
+
+    root = Path(out_root)
+    found = sorted(root.rglob("*.s"))
+    if not found:
+        raise UpstreamError(f"no compiled upstream kernels (*.s with a .json beside) under {root}.")
+    rows = []
+    for path in found:
+        side = path.with_suffix(".json")
+        if not side.is_file():
+            continue
+        info = json.loads(side.read_text())
+        fp = isa.fingerprint(path.read_text())
+        config = info.get("config") or {}
+        notes = []
+        if info.get("flydsl_helpers"):
+            notes.append(f"flydsl.expr.buffer_ops from {Path(info['flydsl_helpers']).name}/kernels/common "
+                         "(moved by FlyDSL PR #880; aiter pins flydsl 0.2.0)")
+        if info.get("device_libs"):
+            libs = Path(info["device_libs"])
+            named = next((part for part in libs.parts if part.startswith("rocm-device-libs")), str(libs))
+            notes.append(f"calls ocml/ockl: linked {named} bitcode sha256:{str(info.get('device_libs_digest'))[:16]}")
+        note = "; ".join(notes)
+        for metric, value in fp.items():
+            rows.append({
+                "source": info["source"], "commit": info["commit"], "file": info["file"],
+                "flydsl_version": info.get("flydsl_version"), "kernel": info.get("kernel"),
+                "stage": info.get("stage", "gemm"), "regime": info.get("regime", ""), "shape": _shape_text(info),
+                "config": " ".join(f"{k}={v}" for k, v in config.items() if k != "BM"),
+                "metric": metric, "value": value, "command": info.get("command", ""), "note": note.strip(),
+            })
+    order = {k: n for n, k in enumerate(isa.FINGERPRINT_KEYS)}
+    rows.sort(key=lambda r: (r["source"], r["stage"], r["regime"], r["shape"], r["commit"], order[r["metric"]]))
+    return rows
+
+
+def write_fingerprints(out_root: Path | str, csv_path: Path | str) -> Path:
+    """Write :func:`fingerprint_rows` of ``out_root`` to ``csv_path`` (atomically)."""
+    import csv
+
+    rows = fingerprint_rows(out_root)
+    csv_path = Path(csv_path)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = csv_path.with_name(f".{csv_path.name}.tmp")
+    with open(tmp, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FINGERPRINT_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "value": "" if row["value"] is None else row["value"]})
+    os.replace(tmp, csv_path)
+    return csv_path
+
+
 def _parse_shape(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in text.lower().replace("x", ",").split(","))
@@ -608,10 +679,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="ROCm device-library bitcode folder (amdgcn/bitcode) for kernels that call ocml/ockl")
     co.add_argument("--shape", action="append", type=_parse_shape, help="GEMM MxNxK (default: PR #990's four)")
     co.add_argument("--out", type=Path, default=Path("/work/upstream/out"))
+    fp = sub.add_parser("fingerprints", help="reduce every compiled .s (+ .json) under --out to a fingerprint CSV")
+    fp.add_argument("--out", type=Path, default=Path("/work/upstream/out"))
+    fp.add_argument("--csv", type=Path, default=Path("experiments/reference/fingerprints.csv"))
     args = parser.parse_args(argv)
     try:
         if args.cmd == "extract":
             print(extract(args.git_dir, args.commit, args.dest))
+        elif args.cmd == "fingerprints":
+            print(write_fingerprints(args.out, args.csv))
         elif args.cmd == "compile":
             if not (args.flydsl or args.aiter):
                 parser.error("give --flydsl PATH or --aiter PATH")
