@@ -214,3 +214,23 @@ def test_aiter_moe_gemm2_decode_compiles_from_a_checkout():
     helpers = os.environ.get("MXFP4_FLYDSL_CHECKOUT")
     fp = isa.fingerprint(upstream.aiter_moe_isa(root, "gemm2", "decode", flydsl_helpers=helpers))
     assert fp["mfma"] == 16 and fp["global_atomic"] > 0 and fp["lds_bytes"] == 16384
+
+
+def test_fingerprint_rows_and_csv_from_written_isa(tmp_path):
+    text = (DATA / "two_kernels.s").read_text()
+    (tmp_path / "flydsl" / "abcdef12").mkdir(parents=True)
+    s = tmp_path / "flydsl" / "abcdef12" / "M256_N256_K256.s"
+    s.write_text(_kernel_text("\tv_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]\n"))
+    info = {"source": "flydsl", "commit": "abcdef12" * 5, "file": upstream.FLYDSL_GEMM_FILE, "flydsl_version": "0.5.0",
+            "kernel": "k", "shape": {"M": 256, "N": 256, "K": 256}, "command": "cmd"}
+    s.with_suffix(".json").write_text(json.dumps(info))
+    (tmp_path / "flydsl" / "abcdef12" / "orphan.s").write_text(text)  # no .json beside: ignored
+    rows = upstream.fingerprint_rows(tmp_path)
+    assert [r["metric"] for r in rows] == list(isa.FINGERPRINT_KEYS)
+    assert rows[0]["shape"] == "M=256 N=256 K=256" and rows[0]["stage"] == "gemm"
+    assert {r["metric"]: r["value"] for r in rows}["mfma"] == 1
+    out = upstream.write_fingerprints(tmp_path, tmp_path / "fp.csv")
+    lines = out.read_text().splitlines()
+    assert lines[0] == ",".join(upstream.FINGERPRINT_COLUMNS) and len(lines) == 1 + len(isa.FINGERPRINT_KEYS)
+    with pytest.raises(upstream.UpstreamError, match="no compiled upstream kernels"):
+        upstream.fingerprint_rows(tmp_path / "empty")
