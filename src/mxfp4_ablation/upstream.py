@@ -13,6 +13,14 @@ Compiles go through :mod:`mxfp4_ablation.toolchain`'s worker and on-disk cache. 
 the upstream checkout's content (the kernel file and its helper packages), the entry point below,
 the parameters, FlyDSL's version and the arch -- not our own kernels, so our edits never recompile
 theirs.
+
+Two things stand between aiter's MoE kernels (written against flydsl 0.2.0, aiter's pin) and the
+pinned flydsl 0.5.0, both handled here without touching upstream code: ``flydsl.expr.buffer_ops``
+moved to FlyDSL's ``kernels/common`` (FlyDSL PR #880), so it is imported from a FlyDSL checkout
+(``flydsl_helpers``); and kernels that call the ROCm device libraries (``__ocml_exp2_f32``,
+``__ockl_get_num_groups``) need their bitcode, which no ROCm-less machine has (``device_libs``: a
+folder of ``*.bc``, e.g. Debian's ``rocm-device-libs`` package unpacked). The ``.json`` written
+beside each ``.s`` records which were used.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import toolchain
+from . import paths, toolchain
 
 FLYDSL_GEMM_FILE = "kernels/gemm/fp4_gemm_4wave.py"
 #: Folders of a FlyDSL checkout the GEMM imports from (hashed into the cache key).
@@ -661,6 +669,11 @@ def _parse_shape(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"shape {text!r} must look like 8192x8192x8192") from None
 
 
+def _default_out() -> Path | None:
+    value = os.environ.get("MXFP4_UPSTREAM_OUT")
+    return Path(value) if value else None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m mxfp4_ablation.upstream", description=__doc__.splitlines()[0])
@@ -678,11 +691,15 @@ def main(argv: list[str] | None = None) -> int:
     co.add_argument("--device-libs", type=Path,
                     help="ROCm device-library bitcode folder (amdgcn/bitcode) for kernels that call ocml/ockl")
     co.add_argument("--shape", action="append", type=_parse_shape, help="GEMM MxNxK (default: PR #990's four)")
-    co.add_argument("--out", type=Path, default=Path("/work/upstream/out"))
+    co.add_argument("--out", type=Path, default=_default_out(),
+                    help="output folder, outside the repository (default: $MXFP4_UPSTREAM_OUT)")
     fp = sub.add_parser("fingerprints", help="reduce every compiled .s (+ .json) under --out to a fingerprint CSV")
-    fp.add_argument("--out", type=Path, default=Path("/work/upstream/out"))
-    fp.add_argument("--csv", type=Path, default=Path("experiments/reference/fingerprints.csv"))
+    fp.add_argument("--out", type=Path, default=_default_out(),
+                    help="the folder `compile` wrote to (default: $MXFP4_UPSTREAM_OUT)")
+    fp.add_argument("--csv", type=Path, default=paths.reference_dir() / "fingerprints.csv")
     args = parser.parse_args(argv)
+    if args.cmd in ("compile", "fingerprints") and args.out is None:
+        parser.error("give --out DIR (or set MXFP4_UPSTREAM_OUT)")
     try:
         if args.cmd == "extract":
             print(extract(args.git_dir, args.commit, args.dest))
