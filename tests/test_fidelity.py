@@ -69,6 +69,17 @@ def test_fidelity_table_compares_first_with_before_and_last_with_after(gemm_case
     assert "mfma" in s.iloc[1]["outside"] and s.iloc[0]["metrics"] == len(table[table["pair"] == "first~before"])
 
 
+def test_wide_puts_both_pairs_on_one_row(gemm_case):
+    df, ours = gemm_case
+    table = fidelity.fidelity_table(["gemm"], fingerprints=df, ours=ours, rungs={"gemm": ("gemm-v1", "gemm-v7")})
+    w = fidelity.wide(table).set_index("metric")
+    assert w.loc["vgpr_unified", ["before", "first", "after", "last"]].tolist() == [508, 464, 452, 460]
+    assert w.loc["mfma", "last_pct"] == -25.0 and bool(w.loc["mfma", "first_in"])
+    assert "s_barrier" not in w.index  # 0 on all four kernels
+    assert "s_barrier" in fidelity.wide(table, drop_both_zero=False)["metric"].tolist()
+    assert (w.attrs["first"], w.attrs["last"]) == ("gemm-v1", "gemm-v7")
+
+
 def test_fidelity_table_bad_input(gemm_case):
     df, ours = gemm_case
     with pytest.raises(fidelity.FidelityError, match="unknown seed"):
@@ -118,3 +129,5 @@ def test_plot_is_deterministic(gemm_case, tmp_path):
     assert digests[0] == digests[1]
     with pytest.raises(fidelity.FidelityError, match="empty"):
         fidelity.plot_fidelity(table.iloc[0:0])
+    with pytest.raises(fidelity.FidelityError, match="no \\(seed, case\\)"):
+        fidelity.plot_fidelity(table, cases={"gemm": "1x1x1"})

@@ -215,6 +215,35 @@ def _num(value: Any) -> float:
     return float(value)
 
 
+def wide(table: pd.DataFrame, *, drop_both_zero: bool = True) -> pd.DataFrame:
+    """One row per (seed, case, metric): ``before``, ``first`` (ours), ``first_pct``, ``first_in``,
+    ``after``, ``last`` (ours), ``last_pct``, ``last_in`` -- the layout of a fidelity table in prose.
+    ``drop_both_zero`` leaves out metrics that are 0 on all four kernels."""
+    rows = []
+    for (seed, case), group in table.groupby(["seed", "case"], sort=False):
+        by_pair = {pair: group[group["pair"] == pair].set_index("metric") for pair in PAIRS}
+        first = by_pair["first~before"]
+        last = by_pair["last~after"]
+        for metric in dict.fromkeys(list(first.index) + list(last.index)):
+            row: dict[str, Any] = {"seed": seed, "case": case, "metric": metric}
+            for pair, (up, ours) in zip(PAIRS, (("before", "first"), ("after", "last"))):
+                part = by_pair[pair]
+                have = metric in part.index
+                row[up] = part.at[metric, "upstream"] if have else math.nan
+                row[ours] = part.at[metric, "ours"] if have else math.nan
+                row[f"{ours}_pct"] = part.at[metric, "diff_pct"] if have else math.nan
+                row[f"{ours}_in"] = bool(part.at[metric, "within_band"]) if have else None
+            values = [row[k] for k in ("before", "first", "after", "last")]
+            if drop_both_zero and all(v == 0 for v in values):
+                continue
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    if not out.empty:
+        variants_used = table.groupby("pair")["variant"].first().to_dict()
+        out.attrs["first"], out.attrs["last"] = variants_used.get("first~before"), variants_used.get("last~after")
+    return out
+
+
 def summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per (seed, case, pair): metrics compared, inside the band, and the ones outside."""
     out = []
@@ -230,11 +259,17 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------ figure
 
 
-def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = None, clip_pct: float = 100.0):
+#: The figure's default: one GEMM shape (the four PR #990 shapes give the same fingerprints up to
+#: 1-2 instructions, measured), every MoE regime.
+FIGURE_CASES = {"gemm": "8192x8192x8192"}
+
+
+def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = FIGURE_CASES, clip_pct: float = 100.0):
     """One panel per (seed, case): each metric's % difference, first~before and last~after,
     clipped to +-``clip_pct`` (clipped ones drawn as triangles at the edge), the band shaded.
 
-    ``cases`` picks one case per seed (default: every case in the table). Returns the figure
+    ``cases`` picks one case per seed (seeds not named: every case; None: every case of every
+    seed). Returns the figure
     (deterministic under :data:`mxfp4_ablation.plots.STYLE`; save it with ``plots.savefig``)."""
     import matplotlib.pyplot as plt
 
@@ -242,6 +277,8 @@ def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = None
         raise FidelityError("the fidelity table is empty: nothing to plot")
     panels = [(s, c) for s, c in dict.fromkeys(zip(table["seed"], table["case"]))
               if cases is None or cases.get(s, c) == c]
+    if not panels:
+        raise FidelityError(f"no (seed, case) of the table matches {dict(cases or {})}")
     metrics = [m for m in isa.FINGERPRINT_KEYS if m in set(table["metric"])]
     colours = {"first~before": "#2166ac", "last~after": "#b2182b"}
     with plt.rc_context(plots.STYLE):
