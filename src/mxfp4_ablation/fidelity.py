@@ -245,13 +245,16 @@ def wide(table: pd.DataFrame, *, drop_both_zero: bool = True) -> pd.DataFrame:
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (seed, case, pair): metrics compared, inside the band, and the ones outside."""
+    """Per (seed, case, pair): ``metrics`` compared (leaving out those 0 on both kernels, which
+    match trivially), how many are ``within_band``, and the ``outside`` ones by name."""
     out = []
     for (seed, case, pair), group in table.groupby(["seed", "case", "pair"], sort=False):
-        outside = group[~group["within_band"]]
+        both_zero = (group["upstream"] == 0) & (group["ours"] == 0)
+        informative = group[~both_zero]
+        outside = informative[~informative["within_band"].astype(bool)]
         out.append({"seed": seed, "case": case, "pair": pair, "variant": group["variant"].iloc[0],
-                    "upstream_commit": group["upstream_commit"].iloc[0], "metrics": len(group),
-                    "within_band": int(group["within_band"].sum()),
+                    "upstream_commit": group["upstream_commit"].iloc[0], "metrics": len(informative),
+                    "within_band": int(informative["within_band"].astype(bool).sum()),
                     "outside": ", ".join(outside["metric"])})
     return pd.DataFrame(out)
 
