@@ -327,7 +327,7 @@ def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = FIGU
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m mxfp4_ablation.fidelity [seed ...]``: print the summary and the table."""
+    """``python -m mxfp4_ablation.fidelity [seed ...]``: print the summary and the :func:`wide` table."""
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -339,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with pd.option_context("display.width", 200, "display.max_rows", 2000, "display.max_colwidth", 120):
         print(summary(table).to_string(index=False))
         print()
-        print(table.to_string(index=False))
+        print(wide(table).to_string(index=False))
     return 0
 
 
