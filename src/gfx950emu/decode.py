@@ -98,12 +98,13 @@ def const_bits(op, width=32, ftype="b32") -> int:
 class Ctx:
     """Per-kernel decode context (AGPR base of the unified file, labels, line)."""
 
-    def __init__(self, acc_offset: int, labels: dict, nvgpr: int = 512):
+    def __init__(self, acc_offset: int, labels: dict, nvgpr: int = 512, ieee: bool = True):
         self.acc = acc_offset
         self.labels = labels
         self.nvgpr = nvgpr
         self.line = 0
         self.text = ""
+        self.ieee = ieee        # MODE.IEEE from .amdhsa_ieee_mode (1, the compute default)
 
     def err(self, msg):
         return DecodeError(f"line {self.line}: {msg} in {self.text!r}")
@@ -678,6 +679,29 @@ def _ldexp(a, b):
     return _f32out(np.ldexp(_f(a).astype(np.float64), np.clip(e, -400, 400)).astype(np.float32))
 
 
+def _fmax_bits(a, b):
+    """V_MAX_F32 on raw bits: IEEE maxNum (a NaN operand loses) with -0 < +0, so max(+0, -0) is
+    +0 in either operand order (issue #12 fix 5, the audit's hardware rule; it is the
+    IEEE-754-2019 maximumNumber/minimumNumber zero ordering, which LLVM relies on when it
+    selects v_max_f32/v_min_f32 for llvm.maximumnum/minimumnum in IEEE mode).  numpy's fmax
+    returns its first argument on equal zeros, hence the fix-up: equal zeros combine their
+    sign bits with AND (max) / OR (min).  The fix-up runs only when a result is a zero."""
+    r = _f32out(np.fmax(_f(a), _f(b)))
+    if np.any(r & U32(0x7FFFFFFF) == 0):
+        z = ((a | b) & U32(0x7FFFFFFF)) == 0
+        r = np.where(z, a & b, r)
+    return r
+
+
+def _fmin_bits(a, b):
+    """V_MIN_F32 on raw bits: IEEE minNum with -0 < +0 (see _fmax_bits)."""
+    r = _f32out(np.fmin(_f(a), _f(b)))
+    if np.any(r & U32(0x7FFFFFFF) == 0):
+        z = ((a | b) & U32(0x7FFFFFFF)) == 0
+        r = np.where(z, a | b, r)
+    return r
+
+
 def _med3(a, b, c):
     return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
@@ -755,11 +779,11 @@ VALU32 = {
     "v_sub_f32": (2, "f32", lambda a, b: _f32out(_f(a) - _f(b))),
     "v_subrev_f32": (2, "f32", lambda a, b: _f32out(_f(b) - _f(a))),
     "v_mul_f32": (2, "f32", lambda a, b: _f32out(_f(a) * _f(b))),
-    "v_max_f32": (2, "f32", lambda a, b: _f32out(np.fmax(_f(a), _f(b)))),
-    "v_min_f32": (2, "f32", lambda a, b: _f32out(np.fmin(_f(a), _f(b)))),
-    "v_max3_f32": (3, "f32", lambda a, b, c: _f32out(np.fmax(np.fmax(_f(a), _f(b)), _f(c)))),
-    "v_min3_f32": (3, "f32", lambda a, b, c: _f32out(np.fmin(np.fmin(_f(a), _f(b)), _f(c)))),
-    "v_med3_f32": (3, "f32", lambda a, b, c: _f32out(_med3(_f(a), _f(b), _f(c)))),
+    "v_max_f32": (2, "f32", lambda a, b: _fmax_bits(a, b)),
+    "v_min_f32": (2, "f32", lambda a, b: _fmin_bits(a, b)),
+    "v_max3_f32": (3, "f32", lambda a, b, c: _fmax_bits(_fmax_bits(a, b), c)),
+    "v_min3_f32": (3, "f32", lambda a, b, c: _fmin_bits(_fmin_bits(a, b), c)),
+    "v_med3_f32": (3, "f32", lambda a, b, c: _fmax_bits(_fmin_bits(a, b), _fmin_bits(_fmax_bits(a, b), c))),
     "v_fma_f32": (3, "f32", _fma_f32),
     "v_mad_f32": (3, "f32", lambda a, b, c: _f32out(_f(a) * _f(b) + _f(c))),
     "v_exp_f32": (1, "f32", lambda a: _f32out(np.exp2(_f(a)))),
@@ -805,12 +829,24 @@ def _ffbl(a):
 
 
 def _apply_omod_clamp(mods, ctx, is_float):
-    """Post-processing for VOP3 clamp and output modifiers (mul:2/4, div:2) on f32 results."""
+    """Post-processing for VOP3 clamp and output modifiers (mul:2/4, div:2) on f32 results.
+
+    omod is ignored by the hardware when MODE.IEEE is set (issue #12 fix 6; LLVM
+    SIFoldOperands: "omod is ignored by hardware if IEEE bit is enabled", which is why
+    LLVM never folds omod in IEEE-mode functions).  IEEE mode is the compute default
+    (.amdhsa_ieee_mode 1); only a kernel with .amdhsa_ieee_mode 0 gets omod applied.
+    """
     omod = 1.0
     if "mul" in mods:
+        if int(mods["mul"]) not in (1, 2, 4):
+            raise ctx.err(f"output modifier mul:{mods['mul']} does not exist")
         omod = float(mods["mul"])
     if "div" in mods:
+        if int(mods["div"]) not in (1, 2):
+            raise ctx.err(f"output modifier div:{mods['div']} does not exist")
         omod = 1.0 / float(mods["div"])
+    if getattr(ctx, "ieee", True):
+        omod = 1.0
     clamp = bool(mods.get("clamp"))
     if not (clamp or omod != 1.0):
         return None
@@ -1224,9 +1260,17 @@ def build_valu_special(ins, ctx, d, name, sfx):
         # [LLVM] gfx950 v_permlane16_swap_b32 vdst, vsrc: swap the odd 16-lane rows
         # of vdst with the even rows of vsrc; v_permlane32_swap: swap the upper 32
         # lanes of vdst with the lower 32 lanes of vsrc.  Both registers are written.
+        # Issue #12 fix 4, EXEC: each lane's write is governed by that lane's own EXEC bit and
+        # the value comes from its partner whatever the partner's EXEC ([ISA] CDNA4
+        # V_PERMLANE16_SWAP_B32 / V_PERMLANE32_SWAP_B32 pseudocode: the swap loops over all
+        # lane pairs, and VGPR writes are EXEC-masked per lane).  fi / bound_ctrl (the VOP3
+        # form's fetch-inactive and bound-control bits; LLVM rejects them on _e32, see
+        # llvm/test/MC/AMDGPU/gfx950_invalid_encoding / permlane16_swap err tests) are refused.
         i = ctx.vidx(o[0])
         j = ctx.vidx(o[1])
         for k in m:
+            if k in ("fi", "bound_ctrl") and not m[k] in (0, False):
+                raise ctx.err(f"modifier {k}:{m[k]} on {name} (fetch-inactive / bound control) is not modelled")
             if k not in ("fi", "bound_ctrl"):
                 raise ctx.err(f"unsupported modifier {k!r}")
         if name == "v_permlane16_swap_b32":
@@ -1236,11 +1280,15 @@ def build_valu_special(ins, ctx, d, name, sfx):
         b_l = a_l - (16 if name == "v_permlane16_swap_b32" else 32)       # matching even rows of vsrc
 
         def h(w):
-            ok = w.exec_mask[a_l] & w.exec_mask[b_l]
-            ai, bi = a_l[ok], b_l[ok]
-            tmp = w.v[i, ai].copy()
-            w.v[i, ai] = w.v[j, bi]
-            w.v[j, bi] = tmp
+            old_a = w.v[i, a_l]                     # fancy indexing copies
+            old_b = w.v[j, b_l]
+            if w.exec_full:
+                w.v[i, a_l] = old_b
+                w.v[j, b_l] = old_a
+            else:
+                ea, eb = w.exec_mask[a_l], w.exec_mask[b_l]
+                w.v[i, a_l[ea]] = old_b[ea]
+                w.v[j, b_l[eb]] = old_a[eb]
         return h
     if fpformats.is_convert(name):
         return _build_convert(ins, ctx, name)

@@ -139,8 +139,8 @@ def _build_mfma(ins, ctx, name, d):
     else:
         ci = None
         cconst = np.full((64, nC), D.const_bits(o[3], 32, "f32"), dtype=U32)
-    gsa = _lane_getter(o[4], ctx) if scaled else None
-    gsb = _lane_getter(o[5], ctx) if scaled else None
+    gsa = _scale_getter(o[4], ctx) if scaled else None
+    gsb = _scale_getter(o[5], ctx) if scaled else None
     line = ins.line
     reads = set(range(ai, ai + nA)) | set(range(bi, bi + nB))
     if ci is not None:
@@ -168,6 +168,26 @@ def _build_mfma(ins, ctx, name, d):
             r = _mfma.execute(name, a, b, c, **kw)
         w.v[di:di + nC] = np.asarray(r, dtype=U32).T
     return h
+
+
+def _scale_getter(op, ctx):
+    """Scale operand of a ``v_mfma_scale_*``.
+
+    A VGPR supplies four E8M0 bytes per lane, op_sel/op_sel_hi pick one (mfma.py).  An SGPR
+    or an inline constant is a 32-bit value whose exponent field, bits [30:23], is the E8M0
+    scale (so the f32 constant 1.0 means 2**0, E8M0 127) and op_sel does not pick a byte of
+    it (issue #12 fix 2: the audit's hardware behaviour; the same "only the exponent field
+    of an f32 scale counts" rule as the v_cvt_scalef32_* scale operand, fpformats._scale_pow2).
+    Modelled by replicating that byte into all four byte positions.
+    """
+    if op.kind in ("v", "a"):
+        return _lane_getter(op, ctx)
+    g = D.vsrc(op, ctx)
+
+    def f(w):
+        e = (int(g(w)) >> 23) & 0xFF
+        return np.full(64, e * 0x01010101, dtype=U32)
+    return f
 
 
 def _lane_getter(op, ctx):
@@ -210,9 +230,31 @@ def _valu_regs(ins, ctx, name, d):
     d.sreads, d.swrites = frozenset(rs), frozenset(ws)
 
 
+#: kernel-descriptor float controls and the only values the emulator models (numpy f32/f16/f64
+#: arithmetic = round to nearest even, denormals kept).  [LLVM] AMDGPUUsage "Kernel Descriptor"
+#: / .amdhsa_ directives: FLOAT_ROUND_MODE_* 0 = nearest even, FLOAT_DENORM_MODE_* 3 = keep
+#: denormals on input and output.  Missing directives are taken as these values (what our
+#: kernels and FlyDSL/aiter's state explicitly); any other value is refused (issue #12 fix 6).
+_FLOAT_MODES = {"float_round_mode_32": 0, "float_round_mode_16_64": 0,
+                "float_denorm_mode_32": 3, "float_denorm_mode_16_64": 3}
+
+
+def float_modes(desc: dict) -> dict:
+    """Check a kernel descriptor's float-mode directives; return {"ieee": bool}."""
+    for key, want in _FLOAT_MODES.items():
+        if key in desc and desc[key] != want:
+            raise DecodeError(f".amdhsa_{key} {desc[key]} is not modelled: the emulator computes with "
+                              f"{key.replace('float_', '').replace('_', ' ')} = {want} only "
+                              f"(round to nearest even, denormals kept); refusing rather than guessing")
+    ieee = desc.get("ieee_mode", 1)
+    if ieee not in (0, 1):
+        raise DecodeError(f".amdhsa_ieee_mode {ieee!r} must be 0 or 1")
+    return {"ieee": bool(ieee)}
+
+
 def decode_kernel(ks, acc_offset: int, nvgpr: int = 512) -> list:
     """Decode every instruction of a KernelSource; unknown opcodes are errors."""
-    ctx = Ctx(acc_offset, ks.labels, nvgpr)
+    ctx = Ctx(acc_offset, ks.labels, nvgpr, ieee=float_modes(ks.descriptor)["ieee"])
     out = []
     for idx, ins in enumerate(ks.instructions):
         ctx.line, ctx.text = ins.line, ins.text

@@ -1,0 +1,225 @@
+"""Issue #12 semantic fixes 2-8 (engineer "emufix"): each test here failed on the emulator
+before its fix.  References are written from the ISA pseudocode / LLVM sources cited in
+the emulator next to each fix, per lane with Python floats where possible."""
+import numpy as np
+import pytest
+
+import gfx950emu
+from gfx950emu import fpformats as fpf
+from gfx950emu import mfma
+from gfx950emu.decode import DecodeError
+from gfx950emu.memops import ExecError
+
+import emu_asm
+from emu_asm import as_f32, f32, run_valu
+
+OP16 = "v_mfma_scale_f32_16x16x128_f8f6f4"
+
+
+def run_text(op_lines, inputs, nout=1, patch=None):
+    """run_valu with a hook that edits the kernel text (descriptor directives)."""
+    inputs = [np.broadcast_to(np.asarray(x, dtype=np.uint32), (64,)) for x in inputs or [0]]
+    loads = "\n".join(f"global_load_dword v{10 + k}, v1, s[4:5] offset:{256 * k}" for k in range(len(inputs)))
+    stores = "\n".join(f"global_store_dword v1, v{20 + k}, s[6:7] offset:{256 * k}" for k in range(nout))
+    body = f"""
+s_load_dwordx4 s[4:7], s[0:1], 0x0
+v_lshlrev_b32_e32 v1, 2, v0
+s_waitcnt lgkmcnt(0)
+{loads}
+s_waitcnt vmcnt(0)
+{op_lines}
+{stores}
+s_endpgm
+"""
+    text = emu_asm.kernel(body)
+    if patch:
+        text = patch(text)
+    prog = gfx950emu.load(text)
+    out = np.zeros(64 * nout, dtype=np.uint32)
+    gfx950emu.launch(prog, grid=1, block=64, args=[np.concatenate(inputs), out], hazards="report")
+    return out.reshape(nout, 64)
+
+
+def _directive(extra):
+    return lambda t: t.replace("\t\t.amdhsa_next_free_vgpr 256", "\t\t.amdhsa_next_free_vgpr 256\n" + extra)
+
+
+# ---------------------------------------------------------------- fix 2 ----
+FP4_ONES = 0x22222222        # eight fp4 1.0 codes per dword
+
+
+@pytest.mark.parametrize("scale_a,setup,scale_b,expect", [
+    ("1.0", "s_mov_b32 s40, 0x40000000", "s40", 128.0 * 2.0),      # 1.0 -> 127 (x1), 2.0 -> 128 (x2)
+    ("s41", "s_mov_b32 s41, 0x3e800000", "0.5", 128.0 * 0.25 * 0.5),  # 0.25 -> 125, 0.5 -> 126
+])
+def test_scaled_mfma_scale_from_sgpr_or_constant_uses_exponent_bits(scale_a, setup, scale_b, expect):
+    """A scale operand that is not a VGPR supplies E8M0 = bits [30:23] of its 32-bit value
+    (so the f32 constant 1.0 means 2**0), whatever op_sel says."""
+    ones = [np.full(64, FP4_ONES, np.uint32)] * 8
+    lines = f"""{setup}
+v_mfma_scale_f32_16x16x128_f8f6f4 v[20:23], v[10:13], v[14:17], 0, {scale_a}, {scale_b} op_sel:[1,1,0] op_sel_hi:[1,0,0] cbsz:4 blgp:4
+s_nop 7
+s_nop 7
+"""
+    out = as_f32(run_text(lines, ones, nout=4))
+    assert np.all(out == np.float32(expect)), np.unique(out)
+
+
+# ---------------------------------------------------------------- fix 3 ----
+def test_fp6_operands_are_contiguous_in_k():
+    """fp6/bf6 operands of the f8f6f4 MFMAs hold a contiguous run of K per lane (only the
+    8-bit formats use the two 16-element halves)."""
+    assert mfma.a_coords(OP16, 0, 16, cbsz=2) == (0, 16)
+    assert mfma.a_coords(OP16, 17, 20, cbsz=3) == (1, 32 + 20)
+    assert mfma.b_coords(OP16, 33, 31, blgp=2) == (64 + 31, 1)
+    # A (fp6): one 1.0 at lane 0 slot 16 -> row 0, k 16; B (fp4): one 1.0 at (k 16, col 0)
+    a_codes = np.zeros((64, 32), np.int64)
+    a_codes[0, 16] = 0x08
+    b_codes = np.zeros((64, 32), np.int64)
+    b_codes[0, 16] = 0x2
+    a, b = fpf.pack(a_codes, 6), fpf.pack(b_codes, 4)
+    s = np.full(64, 0x7F7F7F7F, np.uint32)
+    d = mfma.execute(OP16, a, b, np.zeros((64, 4), np.uint32), scale_a=s, scale_b=s, cbsz=2, blgp=4)
+    d = d.view(np.float32)
+    assert d[0, 0] == 1.0 and np.count_nonzero(d) == 1
+
+
+# ---------------------------------------------------------------- fix 4 ----
+def _lane_vals(base):
+    return (np.arange(64, dtype=np.uint32) + np.uint32(base))
+
+
+@pytest.mark.parametrize("op,rows", [("v_permlane16_swap_b32", 16), ("v_permlane32_swap_b32", 32)])
+def test_permlane_swap_active_lane_takes_partner_value_whatever_partner_exec(op, rows):
+    x, y = _lane_vals(1000), _lane_vals(2000)
+    # EXEC = lanes 0..15 only: vdst's lanes in odd rows are inactive, vsrc's lanes 0..15 active
+    lines = f"""v_mov_b32_e32 v20, v10
+v_mov_b32_e32 v21, v11
+s_mov_b64 exec, 0xffff
+s_nop 1
+{op}_e32 v20, v21
+s_mov_b64 exec, -1
+"""
+    out = run_text(lines, [x, y], nout=2)
+    lane = np.arange(64)
+    if rows == 16:
+        partner_of_src = lane + 16          # vsrc lane b (even row) <-> vdst lane b+16
+    else:
+        partner_of_src = lane + 32
+    want_src = y.copy()
+    want_src[:16] = x[partner_of_src[:16]]
+    assert np.array_equal(out[0], x), "inactive vdst lanes must keep their value"
+    assert np.array_equal(out[1], want_src)
+
+
+def test_permlane_swap_fi_and_bound_ctrl_are_refused():
+    for mod in ("fi:1", "bound_ctrl:1"):
+        with pytest.raises(DecodeError, match=r"line \d+.*(fi|bound_ctrl)"):
+            run_text(f"v_permlane16_swap_b32_e64 v20, v21 {mod}", [], nout=1)
+
+
+# ---------------------------------------------------------------- fix 5 ----
+P0, N0 = 0x00000000, 0x80000000
+
+
+@pytest.mark.parametrize("line,srcs,want", [
+    ("v_max_f32_e32 v20, v10, v11", (P0, N0), P0),
+    ("v_max_f32_e32 v20, v10, v11", (N0, P0), P0),
+    ("v_max_f32_e32 v20, v10, v11", (N0, N0), N0),
+    ("v_min_f32_e32 v20, v10, v11", (P0, N0), N0),
+    ("v_min_f32_e32 v20, v10, v11", (N0, P0), N0),
+    ("v_min_f32_e32 v20, v10, v11", (P0, P0), P0),
+    ("v_max3_f32 v20, v10, v11, v12", (N0, P0, N0), P0),
+    ("v_max3_f32 v20, v10, v11, v12", (N0, N0, P0), P0),
+    ("v_min3_f32 v20, v10, v11, v12", (P0, N0, P0), N0),
+    ("v_min3_f32 v20, v10, v11, v12", (P0, P0, N0), N0),
+    ("v_med3_f32 v20, v10, v11, v12", (P0, N0, N0), N0),
+    ("v_med3_f32 v20, v10, v11, v12", (N0, P0, P0), P0),
+])
+def test_min_max_order_signed_zeros(line, srcs, want):
+    """IEEE-754 2019 maximum/minimum-number on zeros as the CDNA3/4 pseudocode: -0 < +0."""
+    out = run_valu(line, [np.full(64, s, np.uint32) for s in srcs])[0]
+    assert np.all(out == want), f"{line} on {[hex(s) for s in srcs]}: got {hex(out[0])}"
+
+
+# ---------------------------------------------------------------- fix 6 ----
+def test_omod_is_ignored_in_ieee_mode_and_applied_without_it():
+    a = f32(np.linspace(-3, 3, 64))
+    b = f32(np.full(64, 0.5))
+    plain = as_f32(a) + as_f32(b)
+    for mod in ("mul:2", "mul:4", "div:2"):
+        got = as_f32(run_text(f"v_add_f32_e64 v20, v10, v11 {mod}", [a, b])[0])   # IEEE mode by default
+        assert np.array_equal(got, plain), mod
+    got = as_f32(run_text("v_add_f32_e64 v20, v10, v11 mul:2", [a, b], patch=_directive("\t\t.amdhsa_ieee_mode 0"))[0])
+    assert np.array_equal(got, 2 * plain)
+    got = as_f32(run_text("v_add_f32_e64 v20, v10, v11 mul:2", [a, b], patch=_directive("\t\t.amdhsa_ieee_mode 1"))[0])
+    assert np.array_equal(got, plain)
+
+
+@pytest.mark.parametrize("directive", [".amdhsa_float_denorm_mode_32 0", ".amdhsa_float_denorm_mode_16_64 1",
+                                       ".amdhsa_float_round_mode_32 1"])
+def test_unmodelled_float_modes_are_refused_at_load(directive):
+    with pytest.raises(DecodeError, match=directive.split()[0].lstrip(".").replace("amdhsa_", "")):
+        run_text("v_add_f32_e32 v20, v10, v11", [0, 0], patch=_directive("\t\t" + directive))
+    run_text("v_add_f32_e32 v20, v10, v11", [0, 0], patch=_directive("\t\t.amdhsa_float_denorm_mode_32 3"))
+
+
+# ---------------------------------------------------------------- fix 7 ----
+def test_mfma_model_and_kernel_agree_on_partial_exec():
+    z = np.zeros((64, 4), np.uint32)
+    s = np.full(64, 0x7F7F7F7F, np.uint32)
+    mask = np.ones(64, bool)
+    mask[5] = False
+    with pytest.raises(ValueError, match="partial EXEC"):
+        mfma.execute(OP16, z, z, z, scale_a=s, scale_b=s, cbsz=4, blgp=4, exec_mask=mask)
+    mfma.execute(OP16, z, z, z, scale_a=s, scale_b=s, cbsz=4, blgp=4, exec_mask=np.ones(64, bool))
+    assert "partial EXEC" in mfma.__doc__ and "refuse" in mfma.__doc__
+    lines = """s_mov_b64 exec, 0xff
+v_mfma_scale_f32_16x16x128_f8f6f4 v[20:23], v[10:13], v[14:17], 0, v10, v10 cbsz:4 blgp:4
+s_mov_b64 exec, -1
+s_nop 7
+s_nop 7"""
+    with pytest.raises(ExecError, match=r"line \d+: MFMA with a partial EXEC"):
+        run_text(lines, [0] * 8, nout=4)
+
+
+# ---------------------------------------------------------------- fix 8 ----
+def _one_hot_fp4(positions):
+    """fp4 codes [64, 32] with 1.0 at (lane, slot) positions."""
+    c = np.zeros((64, 32), np.int64)
+    for lane, slot in positions:
+        c[lane, slot] = 0x2
+    return fpf.pack(c, 4)
+
+
+def test_mfma_accumulates_blocks_in_f32_not_in_one_exact_sum():
+    """D = C + s0*P0 + s1*P1 in f32, one rounding per K block: with C = 1 and two blocks each
+    adding 2**-24 (half an ulp of 1), both round away: D = 1.0, while the exact sum rounded
+    once would be 1 + 2**-23."""
+    # 16x16x128 fp4, row 0 / col 0: block kb is lane group kb (lane 16*kb), 32 slots
+    a = _one_hot_fp4([(0, 0), (16, 0)])            # A[0, 0] = A[0, 32] = 1
+    b = _one_hot_fp4([(0, 0), (16, 0)])            # B[0, 0] = B[32, 0] = 1
+    s = np.full(64, 0x73737373, np.uint32)         # E8M0 115 = 2**-12; sa*sb = 2**-24
+    c = np.zeros((64, 4), np.uint32)
+    c[0, 0] = np.float32(1.0).view(np.uint32)      # D[0][0] is lane 0 reg 0
+    d = mfma.execute(OP16, a, b, c, scale_a=s, scale_b=s, cbsz=4, blgp=4).view(np.float32)
+    assert d[0, 0] == np.float32(1.0), d[0, 0]
+    assert "Per block and output element" in mfma.__doc__
+
+
+def test_mfma_block_is_an_f32_fma_chain():
+    """Inside a 32-K block the products are accumulated by a chain of f32 FMAs in K order:
+    448*448 + 30 products of 2**-18 - 448*448 is 0 in that chain (the small terms are lost
+    against 200704), not the exact 30 * 2**-18."""
+    a = np.zeros((64, 32), np.int64)
+    b = np.zeros((64, 32), np.int64)
+    # fp8 A: lane 0 holds row 0, slots 0..15 -> k 0..15, slots 16..31 -> k 64..79 (two halves)
+    a[0, 0], b[0, 0] = 0x7E, 0x7E                  # 448 * 448 at k = 0
+    for j in range(1, 16):
+        a[0, j], b[0, j] = 0x01, 0x01              # 2**-9 * 2**-9 at k = 1..15
+    a[0, 15], b[0, 15] = 0xFE, 0x7E                # -448 * 448 at k = 15 (last of the block's first half)
+    a = fpf.pack(a, 8)
+    b = fpf.pack(b, 8)
+    s = np.full(64, 0x7F7F7F7F, np.uint32)
+    d = mfma.execute(OP16, a, b, np.zeros((64, 4), np.uint32), scale_a=s, scale_b=s, cbsz=0, blgp=0)
+    assert d.view(np.float32)[0, 0] == 0.0
