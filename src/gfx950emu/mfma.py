@@ -386,6 +386,16 @@ def _chain_bound(fa: str, fb: str, kb: int):
     return kb * ga[0] * gb[0] <= bound, bound
 
 
+@lru_cache(maxsize=None)
+def _resolve(opcode: str, cbsz: int, blgp: int, abid: int):
+    """Everything execute() needs that depends only on the opcode and its format modifiers."""
+    sp = spec(opcode)
+    fa, fb = _formats(sp, cbsz, blgp, abid)
+    na, nb, nc = register_counts(opcode, cbsz, blgp)
+    always, bound = _chain_bound(fa, fb, min(32, sp.k))
+    return sp, fa, fb, na, nb, nc, _plan(sp, fa, fb), always, bound
+
+
 def _fma_chain(Ab: np.ndarray, Bb: np.ndarray) -> np.ndarray:
     """Step 1 run step by step: Ab [nb, M, KB], Bb [nb, KB, N] float64 -> float32 [nb, M, N]."""
     acc = np.zeros((Ab.shape[0], Ab.shape[1], Bb.shape[2]), dtype=np.float32)
@@ -419,16 +429,13 @@ def execute(
     partial mask is refused with ValueError.  See the module docstring for
     layouts, scale-byte selection and the rounding model.
     """
-    sp = spec(opcode)
-    fa, fb = _formats(sp, cbsz, blgp, abid)
-    na, nb, nc = register_counts(opcode, cbsz, blgp)
+    sp, fa, fb, na, nb, nc, plan, always, bound = _resolve(opcode, cbsz, blgp, abid)
     a = _check_regs(a, na, "a (src0)")
     b = _check_regs(b, nb, "b (src1)")
     c = _check_regs(c, nc, "c (src2)")
     if exec_mask is not None and not np.all(exec_mask):
         raise ValueError(f"{opcode} with a partial EXEC mask is not modelled (refused; see the mfma module docstring)")
 
-    plan = _plan(sp, fa, fb)
     A = np.zeros((sp.m, sp.k))
     B = np.zeros((sp.k, sp.n))
     A[plan.a_rows, plan.a_ks] = _decode_values(fa, a)
@@ -452,12 +459,9 @@ def execute(
             raise ValueError(f"op_sel/op_sel_hi are not modelled for {opcode}; they must be 0")
 
     # step 1: per-block f32 FMA chain (exact float64 block dot product when provably equal)
-    always, bound = _chain_bound(fa, fb, kb)
     with np.errstate(invalid="ignore", over="ignore"):
-        if always:
-            P = np.matmul(Ab, Bb).astype(np.float32)
-        elif bound is not None and np.all(np.matmul(np.abs(Ab), np.abs(Bb)) <= bound):
-            P = np.matmul(Ab, Bb).astype(np.float32)
+        if always or (bound is not None and np.all(np.matmul(np.abs(Ab), np.abs(Bb)) <= bound)):
+            P = np.matmul(Ab, Bb)          # float64, and every value is exactly an f32 one
         else:
             P = _fma_chain(Ab, Bb)
         # step 2: the block's scales (lane b*M + i holds row i's / column i's scale of block b)
@@ -465,7 +469,7 @@ def execute(
             S = sa.reshape(nblk, sp.m)[:, :, None] * sb.reshape(nblk, sp.n)[:, None, :]
             Q = (P * S).astype(np.float32)
         else:
-            Q = P
+            Q = P.astype(np.float32, copy=False)
         # step 3: f32 accumulation onto C in K-block order
         rows, cols = plan.d_rows, plan.d_cols
         D = np.zeros((sp.m, sp.n), dtype=np.float32)
