@@ -693,6 +693,22 @@ def _fmax_bits(a, b):
     return r
 
 
+def _fmaximum_bits(a, b):
+    """IEEE maximum (NaN-propagating, -0 < +0) on raw f32 bits; NaN results are quieted."""
+    r = _f32out(np.maximum(_f(a), _f(b)))
+    r = np.where((r & U32(0x7F800000)) == U32(0x7F800000), np.where(r & U32(0x7FFFFF), r | U32(0x400000), r), r)
+    z = ((a | b) & U32(0x7FFFFFFF)) == 0
+    return np.where(z, a & b, r)
+
+
+def _fminimum_bits(a, b):
+    """IEEE minimum (NaN-propagating, -0 < +0) on raw f32 bits; NaN results are quieted."""
+    r = _f32out(np.minimum(_f(a), _f(b)))
+    r = np.where((r & U32(0x7F800000)) == U32(0x7F800000), np.where(r & U32(0x7FFFFF), r | U32(0x400000), r), r)
+    z = ((a | b) & U32(0x7FFFFFFF)) == 0
+    return np.where(z, a | b, r)
+
+
 def _fmin_bits(a, b):
     """V_MIN_F32 on raw bits: IEEE minNum with -0 < +0 (see _fmax_bits)."""
     r = _f32out(np.fmin(_f(a), _f(b)))
@@ -784,6 +800,11 @@ VALU32 = {
     "v_max3_f32": (3, "f32", lambda a, b, c: _fmax_bits(_fmax_bits(a, b), c)),
     "v_min3_f32": (3, "f32", lambda a, b, c: _fmin_bits(_fmin_bits(a, b), c)),
     "v_med3_f32": (3, "f32", lambda a, b, c: _fmax_bits(_fmin_bits(a, b), _fmin_bits(_fmax_bits(a, b), c))),
+    # gfx950 V_MAXIMUM3_F32 / V_MINIMUM3_F32: IEEE-754-2019 maximum/minimum (a NaN operand gives
+    # a quiet NaN, -0 < +0) of three values ([LLVM] gfx950 VOP3 v_maximum3_f32, selected for
+    # llvm.maximum.f32 / fmaximum3; emitted by aiter's MoE kernels for abs-max reductions)
+    "v_maximum3_f32": (3, "f32", lambda a, b, c: _fmaximum_bits(_fmaximum_bits(a, b), c)),
+    "v_minimum3_f32": (3, "f32", lambda a, b, c: _fminimum_bits(_fminimum_bits(a, b), c)),
     "v_fma_f32": (3, "f32", _fma_f32),
     "v_mad_f32": (3, "f32", lambda a, b, c: _f32out(_f(a) * _f(b) + _f(c))),
     "v_exp_f32": (1, "f32", lambda a: _f32out(np.exp2(_f(a)))),
@@ -869,6 +890,15 @@ def _apply_omod_clamp(mods, ctx, is_float):
 
 _VALU_OK_MODS = {"clamp", "mul", "div"}
 
+# VOP3 / SDWA ``clamp`` on the unsigned add/sub ops saturates in the unsigned 32-bit domain
+# ([ISA] CDNA3/CDNA4 V_ADD_U32 / V_SUB_U32 / V_SUBREV_U32: "supports saturation (unsigned
+# 32-bit integer domain)"; LLVM selects uaddsat/usubsat to them with clamp).
+_INT_CLAMP = {
+    "v_add_u32": lambda a, b: np.minimum(np.asarray(a, U64) + np.asarray(b, U64), U64(M32)).astype(U32),
+    "v_sub_u32": lambda a, b: np.where(np.asarray(a, U32) >= b, np.asarray(a, U32) - b, U32(0)).astype(U32),
+    "v_subrev_u32": lambda a, b: np.where(np.asarray(b, U32) >= a, np.asarray(b, U32) - a, U32(0)).astype(U32),
+}
+
 
 def _base_name(op):
     for sfx in ("_e32", "_e64"):
@@ -880,6 +910,11 @@ def _base_name(op):
 def build_valu32(ins, ctx, d, name, dpp=None, sdwa=None):
     n, ftype, fn = VALU32[name]
     o = ins.operands
+    if ins.mods.get("clamp") and ftype == "b32":
+        if name not in _INT_CLAMP:
+            raise ctx.err(f"clamp (integer saturation) on {name} is not implemented")
+        fn = _INT_CLAMP[name]
+        ins = type(ins)(ins.line, ins.text, ins.opcode, ins.operands, {k: v for k, v in ins.mods.items() if k != "clamp"})
     if len(o) != n + 1:
         raise ctx.err(f"{name} takes {n + 1} operands, got {len(o)}")
     getters = []
@@ -1003,8 +1038,10 @@ class Sdwa:
                 raise ctx.err(f"SDWA select {mods[key]!r} not implemented")
         if ftype != "b32":
             raise ctx.err("SDWA on a float op is not implemented")
-        if mods.get("sext") or mods.get("clamp"):
-            raise ctx.err("SDWA sext/clamp not implemented")
+        if mods.get("sext"):
+            raise ctx.err("SDWA sext not implemented")
+        if mods.get("clamp") and mods.get("dst_sel", "DWORD") != "DWORD":
+            raise ctx.err("SDWA clamp with a sub-dword dst_sel is not implemented")
         self.src_sel = [self.SEL[mods.get("src0_sel", "DWORD")], self.SEL[mods.get("src1_sel", "DWORD")]]
         self.dst_sel = self.SEL[mods.get("dst_sel", "DWORD")]
         self.dst_unused = mods.get("dst_unused", "UNUSED_PAD")
@@ -1515,6 +1552,8 @@ def _build_valu16(ins, ctx, name):
     i = ctx.vidx(o[0])
     sel = tuple(m.get("op_sel", ())) + (0,) * 4
     if packed:
+        if any(n_ or a_ for _, n_, a_ in srcs):
+            raise ctx.err(f"{name}: write negation as neg_lo/neg_hi (VOP3P has no -x / |x| source modifiers)")
         sel_hi = tuple(m.get("op_sel_hi", (1,) * nsrc)) + (1,) * 4
         nlo = tuple(m.get("neg_lo", ())) + (0,) * 4
         nhi = tuple(m.get("neg_hi", ())) + (0,) * 4

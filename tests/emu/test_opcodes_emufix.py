@@ -346,3 +346,62 @@ def test_unknown_opcode_and_modifier_still_name_the_line():
         run_valu("v_add_f16_e64 v20, v10, v11 clamp", [0, 0])
     with pytest.raises(DecodeError, match=r"line \d+: unsupported modifier 'abid'"):
         run_valu("v_pk_add_f16 v20, v10, v11 abid:1", [0, 0])
+    with pytest.raises(DecodeError, match=r"line \d+: v_pk_add_f16: write negation as neg_lo/neg_hi"):
+        run_valu("v_pk_add_f16 v20, -v10, v11", [0, 0])
+
+
+# ------------------------------------------- ops found in aiter's compiled MoE kernels ----
+def _fbits(x):
+    return int(np.float32(x).view(np.uint32))
+
+
+def _maximum(x, y):
+    """IEEE-754-2019 maximum on Python floats: NaN propagates, -0 < +0."""
+    if math.isnan(x) or math.isnan(y):
+        return math.nan
+    if x == y == 0:
+        return 0.0 if (math.copysign(1, x) > 0 or math.copysign(1, y) > 0) else -0.0
+    return max(x, y)
+
+
+def _minimum(x, y):
+    if math.isnan(x) or math.isnan(y):
+        return math.nan
+    if x == y == 0:
+        return -0.0 if (math.copysign(1, x) < 0 or math.copysign(1, y) < 0) else 0.0
+    return min(x, y)
+
+
+def test_maximum3_minimum3_f32():
+    vals = [f32(rng.standard_normal(64)) for _ in range(3)]
+    vals[0][:4] = f32([np.nan, 0.0, -0.0, 1.0])
+    vals[1][:4] = f32([1.0, -0.0, -0.0, np.nan])
+    vals[2][:4] = f32([2.0, -0.0, 0.0, 3.0])
+    out = run_valu("v_maximum3_f32 v20, |v10|, v11, v12\nv_minimum3_f32 v21, v10, v11, v12", vals, nout=2)
+    fl = [[float(np.uint32(v).view(np.float32)) for v in col] for col in vals]
+    for i in range(64):
+        mx = _maximum(_maximum(abs(fl[0][i]), fl[1][i]), fl[2][i])
+        mn = _minimum(_minimum(fl[0][i], fl[1][i]), fl[2][i])
+        for got, want in ((out[0][i], mx), (out[1][i], mn)):
+            if math.isnan(want):
+                assert (int(got) & 0x7FC00000) == 0x7FC00000, (i, hex(got))    # a quiet NaN
+            else:
+                assert int(got) == _fbits(want), (i, hex(got), want)
+
+
+def test_integer_clamp_saturates_unsigned_add_sub():
+    a, b = rnd(), rnd()
+    a[:3] = [5, 0xFFFFFFF0, 7]
+    b[:3] = [9, 0x20, 7]
+    out = run_valu("v_sub_u32_e64 v20, v10, v11 clamp\nv_add_u32_e64 v21, v10, v11 clamp\n"
+                   "v_subrev_u32_e64 v22, v10, v11 clamp\nv_sub_u32_e64 v23, v10, 2 clamp", [a, b], nout=4)
+    assert np.array_equal(out[0], per_lane(lambda x, y: max(x - y, 0), a, b))
+    assert np.array_equal(out[1], per_lane(lambda x, y: min(x + y, M), a, b))
+    assert np.array_equal(out[2], per_lane(lambda x, y: max(y - x, 0), a, b))
+    assert np.array_equal(out[3], per_lane(lambda x: max(x - 2, 0), a))
+    out = run_valu("v_mov_b32_e32 v20, v10\n"
+                   "v_sub_u32_sdwa v20, v20, v11 clamp dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:BYTE_0 src1_sel:DWORD",
+                   [a, b])[0]
+    assert np.array_equal(out, per_lane(lambda x, y: max((x & 0xFF) - y, 0), a, b))
+    with pytest.raises(DecodeError, match=r"line \d+: clamp \(integer saturation\) on v_xor_b32"):
+        run_valu("v_xor_b32_e64 v20, v10, v11 clamp", [a, b])
