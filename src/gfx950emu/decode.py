@@ -1386,9 +1386,15 @@ def _build_convert(ins, ctx, name):
         if k != "op_sel":
             raise ctx.err(f"unsupported modifier {k!r} on {name}")
 
+    line = ins.line
+
     def h(w):
         srcs = [np.broadcast_to(np.asarray(g(w), U32), (64,)) for g in gs]
-        r = fpformats.convert(name, srcs, op_sel=op_sel, dst_old=w.v[i].copy())
+        try:
+            r = fpformats.convert(name, srcs, op_sel=op_sel, dst_old=w.v[i].copy(), active=w.exec_mask)
+        except ValueError as e:
+            from .memops import ExecError
+            raise ExecError(f"line {line}: {e}") from None
         r = np.asarray(r, dtype=U32)
         if nd == 1:
             write_v(w, i, r.reshape(64))

@@ -349,13 +349,14 @@ def _bit(op_sel, i: int) -> int:
     return int(op_sel[i]) & 1 if i < len(op_sel) else 0
 
 
-def convert(opcode: str, srcs, *, op_sel=(0, 0, 0, 0), dst_old=None) -> np.ndarray:
+def convert(opcode: str, srcs, *, op_sel=(0, 0, 0, 0), dst_old=None, active=None) -> np.ndarray:
     """Execute one scaled / packed convert op for all lanes.
 
     ``srcs`` are the source operands in assembly order, each uint32 ``[64]``
     (or any common lane count).  ``op_sel`` is the op_sel list as written in
     the assembly (missing entries count as 0).  ``dst_old`` is the old vdst
-    value, required by the ops that write only a byte or half of it.
+    value, required by the ops that write only a byte or half of it.  ``active`` (bool
+    lanes, optional) limits the refusals below to the lanes that are written.
     Returns uint32 ``[lanes]``, or ``[lanes, 2]`` for ``v_cvt_scalef32_pk_f32_fp4``.
 
     Operand and selector rules.  The intrinsics (IntrinsicsAMDGPU.td,
@@ -387,11 +388,15 @@ def convert(opcode: str, srcs, *, op_sel=(0, 0, 0, 0), dst_old=None) -> np.ndarr
       of s0 (the pk_f32_fp4 rule); low nibble * scale -> bits 15:0, high nibble -> 31:16
       (fp4 * 2**e is exact in f16/bf16 within range; f16 overflows to inf).
     * ``v_cvt_scalef32_pk_bf16_fp8 vdst, s0, scale``: 16-bit half ``op_sel[0]`` of s0
-      (word_sel, the pk_f32_fp8 rule); byte 0 * scale -> bits 15:0, byte 1 -> 31:16.
+      (word_sel; aiter's hk_mla_utils cvt_scalef32_pk_bf16_fp8: no op_sel reads the low
+      fp8 pair, op_sel:[1,0,0] the high pair); byte 0 * scale -> bits 15:0, byte 1 -> 31:16.
     * ``v_cvt_pk_fp8_f32 vdst, s0, s1``: OCP e4m3 (gfx950's fp8) of s0 -> bits 7:0, s1 ->
       15:8 of the half ``op_sel[2]`` (the dst bit after the two sources); other half kept.
-      Round to nearest even, saturating like the scalef32 converts (overflow behaviour of
-      the unclamped hardware op not verified; ``clamp`` is refused by the decoder).
+      Round to nearest even; an input that would round beyond 448 raises ValueError (the
+      unclamped op does not saturate: aiter clamps to +-448 before it and notes MODE bit 23
+      FP16_OVFL as the saturating alternative -- neither is modelled); ``clamp`` is refused
+      by the decoder.  Half selection: aiter's pack_4f32_to_fp8 writes the front half
+      without op_sel and the back half with op_sel:[0,0,1].
     Sources: [ISA] CDNA4 VOP3 opcode table descriptions of these ops and LLVM
     IntrinsicsAMDGPU.td (llvm.amdgcn.cvt.scalef32.pk.*, llvm.amdgcn.cvt.pk.fp8.f32 with
     its word_sel operand).
@@ -440,6 +445,11 @@ def convert(opcode: str, srcs, *, op_sel=(0, 0, 0, 0), dst_old=None) -> np.ndarr
         word = _bit(op_sel, 2)
         x0 = f32_from_bits(s[0]).astype(np.float64)
         x1 = f32_from_bits(s[1]).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            ovf = (np.abs(x0) >= 464.0) | (np.abs(x1) >= 464.0)   # would round past 448
+        if np.any(ovf if active is None else ovf & active):
+            raise ValueError(f"{op}: an input rounds beyond E4M3's 448; the unclamped overflow result "
+                             f"(NaN, or saturation under MODE.FP16_OVFL) is not modelled -- clamp first")
         val = encode("fp8", x0).astype(np.uint32) | (encode("fp8", x1).astype(np.uint32) << 8)
         mask = np.uint32(0xFFFF << (16 * word))
         return ((old & ~mask) | (val << np.uint32(16 * word))).astype(np.uint32)

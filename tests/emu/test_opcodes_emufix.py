@@ -116,7 +116,8 @@ def test_cvt_scalef32_pk_bf16_fp8(word):
 def test_cvt_pk_fp8_f32(word):
     a = (rng.standard_normal(64) * 60).astype(np.float32)
     b = (rng.standard_normal(64) * 0.05).astype(np.float32)
-    a[:4] = [1000.0, -1000.0, 0.0, 17.0]                    # saturate, saturate, 0, a tie (16 | 18)
+    a = np.clip(a, -460, 460)
+    a[:4] = [463.0, -450.0, 0.0, 17.0]                      # round to 448, to -448, 0, a tie (16 | 18)
     old = rnd()
     body = f"v_mov_b32_e32 v20, v12\nv_cvt_pk_fp8_f32 v20, v10, v11 op_sel:[0,0,{word}]"
     out = run_valu(body, [f32(a), f32(b), old])[0]
@@ -126,6 +127,11 @@ def test_cvt_pk_fp8_f32(word):
         keep = o & (0xFFFF0000 if word == 0 else 0xFFFF)
         return keep | val << (16 * word)
     assert np.array_equal(out, per_lane(ref, f32(a), f32(b), old))
+
+
+def test_cvt_pk_fp8_f32_overflow_is_refused():
+    with pytest.raises(ExecError, match=r"line \d+: v_cvt_pk_fp8_f32: an input rounds beyond E4M3's 448"):
+        run_valu("v_cvt_pk_fp8_f32 v20, v10, v11", [f32(np.full(64, 464.0)), f32(np.ones(64))])
 
 
 def test_cvt_pk_f16_f32_and_pack_b32_f16():
