@@ -1303,11 +1303,11 @@ def build_valu_special(ins, ctx, d, name, sfx):
         # of vdst with the even rows of vsrc; v_permlane32_swap: swap the upper 32
         # lanes of vdst with the lower 32 lanes of vsrc.  Both registers are written.
         # Issue #12 fix 4, EXEC: each lane's write is governed by that lane's own EXEC bit and
-        # the value comes from its partner whatever the partner's EXEC ([ISA] CDNA4
-        # V_PERMLANE16_SWAP_B32 / V_PERMLANE32_SWAP_B32 pseudocode: the swap loops over all
-        # lane pairs, and VGPR writes are EXEC-masked per lane).  fi / bound_ctrl (the VOP3
-        # form's fetch-inactive and bound-control bits; LLVM rejects them on _e32, see
-        # llvm/test/MC/AMDGPU/gfx950_invalid_encoding / permlane16_swap err tests) are refused.
+        # the value comes from its partner whatever the partner's EXEC (the issue-#12 audit's
+        # reading of the CDNA4 guide: the swap is defined over every lane pair and VGPR writes
+        # are EXEC-masked per lane; not checked on hardware here).  fi / bound_ctrl (fetch-
+        # inactive / bound-control bits of the _e64 form, the fi and bound_ctrl arguments of
+        # llvm.amdgcn.permlane16.swap; LLVM's MC tests reject them on _e32) are refused.
         i = ctx.vidx(o[0])
         j = ctx.vidx(o[1])
         for k in m:
