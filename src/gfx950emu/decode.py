@@ -890,9 +890,9 @@ def _apply_omod_clamp(mods, ctx, is_float):
 
 _VALU_OK_MODS = {"clamp", "mul", "div"}
 
-# VOP3 / SDWA ``clamp`` on the unsigned add/sub ops saturates in the unsigned 32-bit domain
-# ([ISA] CDNA3/CDNA4 V_ADD_U32 / V_SUB_U32 / V_SUBREV_U32: "supports saturation (unsigned
-# 32-bit integer domain)"; LLVM selects uaddsat/usubsat to them with clamp).
+# VOP3 / SDWA ``clamp`` on the unsigned add/sub ops saturates in the unsigned integer domain
+# (LLVM lowers llvm.usub.sat / llvm.uadd.sat to these ops with clamp on gfx9, e.g.
+# llvm/test/CodeGen/AMDGPU/usubsat.ll GFX9: "v_sub_u16_e64 v0, v0, v1 clamp").
 _INT_CLAMP = {
     "v_add_u32": lambda a, b: np.minimum(np.asarray(a, U64) + np.asarray(b, U64), U64(M32)).astype(U32),
     "v_sub_u32": lambda a, b: np.where(np.asarray(a, U32) >= b, np.asarray(a, U32) - b, U32(0)).astype(U32),
@@ -1541,7 +1541,7 @@ def _build_valu16(ins, ctx, name):
         fn = _bitop3(int(m.get("bitop3", 0)))
     elif name in VALU16:
         nsrc, kind, fn = VALU16[name]
-        allowed, packed = {"op_sel", "clamp"} if kind == "f16" else {"op_sel"}, False
+        allowed, packed = {"op_sel", "clamp"}, False
     else:
         nsrc, kind, fn = VALU_PK16[name]
         allowed, packed = {"op_sel", "op_sel_hi", "neg_lo", "neg_hi"}, True
@@ -1549,7 +1549,20 @@ def _build_valu16(ins, ctx, name):
         if k not in allowed:
             raise ctx.err(f"unsupported modifier {k!r} on {name}")
     if m.get("clamp"):
-        raise ctx.err(f"clamp on {name} is not implemented")
+        # f16: clamp to [0, 1] (NaN -> 0, as the f32 ops); u16 add/sub: unsigned saturation
+        if kind == "f16" and not packed and name in VALU16:
+            base = fn
+
+            def fn(*a, base=base):
+                f = _h2f(base(*a))
+                return _f2h(np.where(np.isnan(f), np.float32(0), np.clip(f, np.float32(0), np.float32(1))))
+        elif name in ("v_add_u16", "v_sub_u16", "v_subrev_u16"):
+            sat = {"v_add_u16": lambda a, b: np.minimum((a & U32(0xFFFF)) + (b & U32(0xFFFF)), U32(0xFFFF)),
+                   "v_sub_u16": lambda a, b: np.where((a & U32(0xFFFF)) >= (b & U32(0xFFFF)), (a - b) & U32(0xFFFF), U32(0)),
+                   "v_subrev_u16": lambda a, b: np.where((b & U32(0xFFFF)) >= (a & U32(0xFFFF)), (b - a) & U32(0xFFFF), U32(0))}
+            fn = sat[name]
+        else:
+            raise ctx.err(f"clamp on {name} is not implemented")
     if len(o) != nsrc + 1:
         raise ctx.err(f"{name} takes {nsrc + 1} operands, got {len(o)}")
     srcs = [_half_getter(x, ctx, kind) for x in o[1:]]

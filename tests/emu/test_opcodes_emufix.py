@@ -348,8 +348,8 @@ def test_sendmsg_is_a_noop_and_trap_raises():
 def test_unknown_opcode_and_modifier_still_name_the_line():
     with pytest.raises(DecodeError, match=r"line \d+: unknown or unsupported opcode 'v_frobnicate_f16'"):
         run_valu("v_frobnicate_f16 v20, v10, v11", [0, 0])
-    with pytest.raises(DecodeError, match=r"line \d+: .*clamp"):
-        run_valu("v_add_f16_e64 v20, v10, v11 clamp", [0, 0])
+    with pytest.raises(DecodeError, match=r"line \d+: clamp on v_mul_lo_u16"):
+        run_valu("v_mul_lo_u16_e64 v20, v10, v11 clamp", [0, 0])
     with pytest.raises(DecodeError, match=r"line \d+: unsupported modifier 'abid'"):
         run_valu("v_pk_add_f16 v20, v10, v11 abid:1", [0, 0])
     with pytest.raises(DecodeError, match=r"line \d+: v_pk_add_f16: write negation as neg_lo/neg_hi"):
@@ -411,3 +411,13 @@ def test_integer_clamp_saturates_unsigned_add_sub():
     assert np.array_equal(out, per_lane(lambda x, y: max((x & 0xFF) - y, 0), a, b))
     with pytest.raises(DecodeError, match=r"line \d+: clamp \(integer saturation\) on v_xor_b32"):
         run_valu("v_xor_b32_e64 v20, v10, v11 clamp", [a, b])
+
+
+def test_16bit_clamp():
+    a, b = rnd(), rnd()
+    out = run_valu("v_sub_u16_e64 v20, v10, v11 clamp\nv_add_u16_e64 v21, v10, v11 clamp", [a, b], nout=2)
+    assert np.array_equal(out[0], per_lane(lambda x, y: max((x & 0xFFFF) - (y & 0xFFFF), 0), a, b))
+    assert np.array_equal(out[1], per_lane(lambda x, y: min((x & 0xFFFF) + (y & 0xFFFF), 0xFFFF), a, b))
+    x, y = rnd_f16(scale=1.0), rnd_f16(scale=1.0)
+    out = run_valu("v_add_f16_e64 v20, v10, v11 clamp", [x, y])[0]
+    assert np.array_equal(out, per_lane(lambda p, q: h16(min(max(f16v(p) + f16v(q), 0.0), 1.0)), x, y))
