@@ -84,7 +84,9 @@ two formats' smallest subnormals ``qa*qb`` and, if ``sum |a_k b_k| <=
 2**24 * qa*qb``, every partial sum is an f32 value, so the chain equals the
 exact float64 block dot product.  That holds always for fp4/fp6/bf6 operands
 (e.g. fp4 x fp4: 32*36 <= 2**24/4) and is checked per MFMA otherwise; when it
-fails the chain is run step by step.  f32 subnormal inputs and results are
+fails the chain is run step by step, in f32 when every product is an exact f32
+value (always for the 8/6/4-bit formats and f16, checked for bf16), else from
+float64 per step.  f32 subnormal inputs and results are
 kept (no flush-to-zero modelled); a chain step rounds ``a*b + acc`` from
 float64, exact except for rare double-rounding ties with extreme exponent
 spread.  An E8M0 byte 0xFF makes its block's Q (hence D) NaN.
@@ -396,6 +398,33 @@ def _resolve(opcode: str, cbsz: int, blgp: int, abid: int):
     return sp, fa, fb, na, nb, nc, _plan(sp, fa, fb), always, bound
 
 
+#: formats whose pairwise products are always exact f32 values (<= 22 significant bits,
+#: magnitudes between 2**-48 and 2**32): then fma(a, b, acc) == rn_f32(acc + rn_f32(a*b))
+_F32_EXACT_PRODUCTS = {"fp4", "fp6", "bf6", "fp8", "bf8", "f16"}
+
+
+def _f32_chain(Ab: np.ndarray, Bb: np.ndarray) -> np.ndarray:
+    """Step 1 when every product is an exact f32 value: f32 products, then f32 adds in K order
+    (the same values as the FMA chain, ~3x faster than _fma_chain)."""
+    a = np.ascontiguousarray(Ab.transpose(2, 0, 1), dtype=np.float32)     # [KB, nb, M]
+    b = np.ascontiguousarray(Bb.transpose(1, 0, 2), dtype=np.float32)     # [KB, nb, N]
+    prod = a[:, :, :, None] * b[:, :, None, :]                             # [KB, nb, M, N]
+    acc = prod[0] + np.float32(0)          # fma(a0, b0, +0): a -0 product gives +0
+    for j in range(1, prod.shape[0]):
+        np.add(acc, prod[j], out=acc)
+    return acc
+
+
+def _bf16_products_exact(A: np.ndarray, B: np.ndarray) -> bool:
+    """bf16 products (16 significant bits) are exact f32 values unless they leave f32's normal range."""
+    aa, ab = np.abs(A), np.abs(B)
+    amax, bmax = aa.max(), ab.max()
+    if amax == 0 or bmax == 0:
+        return True
+    amin, bmin = aa[aa > 0].min(), ab[ab > 0].min()
+    return bool(amax * bmax < 2.0 ** 127 and amin * bmin >= 2.0 ** -126)
+
+
 def _fma_chain(Ab: np.ndarray, Bb: np.ndarray) -> np.ndarray:
     """Step 1 run step by step: Ab [nb, M, KB], Bb [nb, KB, N] float64 -> float32 [nb, M, N]."""
     acc = np.zeros((Ab.shape[0], Ab.shape[1], Bb.shape[2]), dtype=np.float32)
@@ -462,6 +491,9 @@ def execute(
     with np.errstate(invalid="ignore", over="ignore"):
         if always or (bound is not None and np.all(np.matmul(np.abs(Ab), np.abs(Bb)) <= bound)):
             P = np.matmul(Ab, Bb)          # float64, and every value is exactly an f32 one
+        elif (fa in _F32_EXACT_PRODUCTS and fb in _F32_EXACT_PRODUCTS) or (
+                fa == fb == "bf16" and _bf16_products_exact(A, B)):
+            P = _f32_chain(Ab, Bb)
         else:
             P = _fma_chain(Ab, Bb)
         # step 2: the block's scales (lane b*M + i holds row i's / column i's scale of block b)

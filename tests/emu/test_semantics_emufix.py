@@ -223,3 +223,27 @@ def test_mfma_block_is_an_f32_fma_chain():
     s = np.full(64, 0x7F7F7F7F, np.uint32)
     d = mfma.execute(OP16, a, b, np.zeros((64, 4), np.uint32), scale_a=s, scale_b=s, cbsz=0, blgp=0)
     assert d.view(np.float32)[0, 0] == 0.0
+
+
+@pytest.mark.parametrize("fa,fb", [("fp8", "fp8"), ("bf8", "fp4"), ("fp6", "bf8"), ("bf16", "bf16"), ("f16", "f16")])
+def test_mfma_chain_implementations_agree(fa, fb):
+    """The f32 chain used when products are exact f32 values equals the step-by-step FMA chain."""
+    rng = np.random.default_rng(3)
+    dec = {"bf16": lambda c: fpf.f32_from_bf16_bits(c).astype(np.float64),
+           "f16": lambda c: c.astype(np.uint16).view(np.float16).astype(np.float64)}
+
+    def vals(fmt, shape):
+        if fmt in dec:
+            e = 20 if fmt == "bf16" else 4
+            x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-e, e, shape)).astype(np.float32)
+            codes = fpf.bf16_bits_from_f32(x.view(np.uint32)) if fmt == "bf16" else x.astype(np.float16).view(np.uint16)
+            return dec[fmt](np.asarray(codes))
+        c = rng.integers(0, 1 << fpf.BITS[fmt], shape)
+        v = fpf.decode(fmt, c)
+        return np.where(np.isfinite(v), v, 1.0)
+    Ab, Bb = vals(fa, (4, 16, 32)), vals(fb, (4, 32, 16))
+    if fa == "bf16":
+        assert mfma._bf16_products_exact(Ab, Bb)
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert np.array_equal(mfma._f32_chain(Ab, Bb), mfma._fma_chain(Ab, Bb), equal_nan=True)
+    assert not mfma._bf16_products_exact(np.array([[1e30]]), np.array([[1e10]]))
