@@ -105,6 +105,7 @@ class Ctx:
         self.line = 0
         self.text = ""
         self.ieee = ieee        # MODE.IEEE from .amdhsa_ieee_mode (1, the compute default)
+        self.ftz32 = False      # f32 denormals flushed (MODE.FP_DENORM[5:4] == 0) at this instruction
 
     def err(self, msg):
         return DecodeError(f"line {self.line}: {msg} in {self.text!r}")
@@ -679,6 +680,16 @@ def _ldexp(a, b):
     return _f32out(np.ldexp(_f(a).astype(np.float64), np.clip(e, -400, 400)).astype(np.float32))
 
 
+def _ftz(x):
+    """Flush f32 denormals (raw bits) to a zero of the same sign."""
+    x = np.asarray(x, dtype=U32)
+    return np.where((x & U32(0x7F800000)) == 0, x & U32(0x80000000), x)
+
+
+def _ftz_getter(g):
+    return lambda w: _ftz(g(w))
+
+
 def _fmax_bits(a, b):
     """V_MAX_F32 on raw bits: IEEE maxNum (a NaN operand loses) with -0 < +0, so max(+0, -0) is
     +0 in either operand order (issue #12 fix 5, the audit's hardware rule; it is the
@@ -926,6 +937,15 @@ def build_valu32(ins, ctx, d, name, dpp=None, sdwa=None):
     if dpp is not None:
         getters[0] = dpp.wrap_src0(getters[0])
     post = _apply_omod_clamp(ins.mods, ctx, ftype == "f32")
+    if ctx.ftz32 and ftype == "f32":
+        # MODE.FP_DENORM f32 = 0 ([ISA] "flush input and output denormals"): f32 denormal
+        # sources read as signed zeros, denormal results are written as signed zeros
+        getters = [g if (name in _INT_SRC1 and k == 1) else _ftz_getter(g) for k, g in enumerate(getters)]
+        if name.startswith("v_cvt_") and not name.startswith(("v_cvt_f32_", "v_cvt_rpi", "v_cvt_flr")):
+            pass                                   # f32 -> integer: only the input flush matters
+        else:
+            inner = post
+            post = (lambda x: _ftz(x)) if inner is None else (lambda x: _ftz(inner(x)))
     i, _ = vwriter(ctx, o[0])
     for m in ins.mods:
         if m not in _VALU_OK_MODS and not (dpp and m in dpp.MODS) and not (sdwa and m in sdwa.MODS):
@@ -1113,6 +1133,8 @@ def build_vopc(ins, ctx, d, name):
         cmp = _CMP[cond]
         if typ in ("u32", "i32", "f32"):
             g0, g1 = vsrc(o[1], ctx, typ if typ == "f32" else "b32"), vsrc(o[2], ctx, typ if typ == "f32" else "b32")
+            if typ == "f32" and ctx.ftz32:          # flushed denormals compare as zeros
+                g0, g1 = _ftz_getter(g0), _ftz_getter(g1)
             conv = {"u32": lambda x: np.asarray(x, U32), "i32": _i, "f32": lambda x: _f(np.asarray(x, U32))}[typ]
         elif typ in ("u64", "i64"):
             g0, g1 = vsrc64(o[1], ctx), vsrc64(o[2], ctx)
@@ -1349,9 +1371,16 @@ def build_valu_special(ins, ctx, d, name, sfx):
         i, _ = vwriter(ctx, o[0])
         post = _apply_omod_clamp(m, ctx, True)
         fused = name == "v_fmac_f32"
+        if ctx.ftz32:
+            g0, g1 = _ftz_getter(g0), _ftz_getter(g1)
+            inner = post
+            post = (lambda x: _ftz(x)) if inner is None else (lambda x: _ftz(inner(x)))
+            acc_in = lambda w: _ftz(w.v[i])
+        else:
+            acc_in = lambda w: w.v[i]
 
         def h(w):
-            r = _fma_f32(g0(w), g1(w), w.v[i]) if fused else _f32out(_f(g0(w)) * _f(g1(w)) + _f(w.v[i]))
+            r = _fma_f32(g0(w), g1(w), acc_in(w)) if fused else _f32out(_f(g0(w)) * _f(g1(w)) + _f(acc_in(w)))
             write_v(w, i, post(r) if post else r)
         return h
     if name == "v_nop":
@@ -1430,10 +1459,14 @@ def _build_pk_f32(ins, ctx, name):
         else:
             raise ctx.err(f"unsupported operand {x.text!r}")
     i = ctx.vidx(o[0])
+    ftz = ctx.ftz32 and name != "v_pk_mov_b32"
+    out_f = _ftz if ftz else (lambda x: x)
 
     def pick(k, hi_result, w):
         sel = (op_sel_hi if hi_result else op_sel)[k]
         v = halves[k][1 if sel else 0](w)
+        if ftz:
+            v = _ftz(v)
         neg = (neg_hi if hi_result else neg_lo)[k]
         if neg:
             v = v ^ U32(0x80000000)
@@ -1453,8 +1486,8 @@ def _build_pk_f32(ins, ctx, name):
                 out.append(_f32out(_f(a[0]) + _f(a[1])))
             else:
                 out.append(_fma_f32(a[0], a[1], a[2]))
-        write_v(w, i, out[0])         # both halves computed before either is written
-        write_v(w, i + 1, out[1])
+        write_v(w, i, out_f(out[0]))         # both halves computed before either is written
+        write_v(w, i + 1, out_f(out[1]))
     return h
 
 
@@ -1631,6 +1664,9 @@ def _build_div(ins, ctx, name):
     for k in ins.mods:
         raise ctx.err(f"unsupported modifier {k!r} on {name}")
     i, _ = vwriter(ctx, o[0])
+    # flush-to-zero mode: the guide notes inputs of these ops are not flushed but their
+    # outputs may be; modelled as: div_scale unflushed, div_fmas / div_fixup results flushed
+    ftz = ctx.ftz32
     if name == "v_div_scale_f32":
         if len(o) != 5:
             raise ctx.err(f"{name} takes vdst, sdst, src0, src1, src2")
@@ -1687,7 +1723,7 @@ def _build_div(ins, ctx, name):
             scale = np.where(_exp32(c) > 127, 2.0 ** 64, 2.0 ** -64)
             with np.errstate(over="ignore", invalid="ignore"):
                 r = np.where(vcc, fma.astype(np.float32).astype(np.float64) * scale, fma).astype(np.float32)
-            write_v(w, i, _f32out(r))
+            write_v(w, i, _ftz(_f32out(r)) if ftz else _f32out(r))
         return h
 
     def h(w):   # v_div_fixup_f32: S0 = quotient, S1 = denominator, S2 = numerator
@@ -1703,5 +1739,5 @@ def _build_div(ins, ctx, name):
         r = np.where((np.isinf(fd) & np.isinf(fn_)) | ((fd == 0) & (fn_ == 0)), U32(0xFFC00000), r)
         r = np.where(np.isnan(fd), den | U32(0x400000), r)
         r = np.where(np.isnan(fn_), num | U32(0x400000), r)
-        write_v(w, i, r.astype(U32))
+        write_v(w, i, _ftz(r) if ftz else r.astype(U32))
     return h

@@ -145,8 +145,9 @@ def _hwreg(op, ctx):
 
 
 def _mode_value(desc):
-    return (desc.get("float_round_mode_32", 0) | desc.get("float_round_mode_16_64", 0) << 2
-            | desc.get("float_denorm_mode_32", 3) << 4 | desc.get("float_denorm_mode_16_64", 3) << 6
+    g = lambda k: desc.get(k, _FLOAT_DEFAULTS[k])
+    return (g("float_round_mode_32") | g("float_round_mode_16_64") << 2
+            | g("float_denorm_mode_32") << 4 | g("float_denorm_mode_16_64") << 6
             | desc.get("dx10_clamp", 1) << 8 | desc.get("ieee_mode", 1) << 9)
 
 
@@ -178,8 +179,17 @@ def _build_special_salu(ins, ctx, name, d):
     mask = ((1 << size) - 1) << off
     cur = ctx.mode & mask
     if name == "s_setreg_imm32_b32":
-        c = o[1].value & 0xFFFFFFFF
-        g = lambda w: c
+        # an immediate write is applied statically, in program order, to the MODE the
+        # following instructions are decoded with; the only change modelled is the f32
+        # denormal field (bits 5:4) between 0 (flush) and 3 (keep), as LLVM's f32 division
+        # expansion does in flush-to-zero kernels
+        new_mode = (ctx.mode & ~mask) | (((o[1].value & 0xFFFFFFFF) << off) & mask)
+        if (new_mode ^ ctx.mode) & ~0x30 or ((new_mode >> 4) & 3) not in (0, 3):
+            raise ctx.err(f"s_setreg_imm32_b32 changes MODE {ctx.mode:#x} -> {new_mode:#x}; only the f32 "
+                          f"denormal field (0 = flush, 3 = keep) may change")
+        ctx.mode = new_mode
+        ctx.ftz32 = ((new_mode >> 4) & 3) == 0
+        return lambda w: None
     else:
         g = D.ssrc(o[1], ctx)
         d.sreads = frozenset(D.sreg_bits(o[1], ctx)[1])
@@ -320,35 +330,46 @@ def _valu_regs(ins, ctx, name, d):
     d.sreads, d.swrites = frozenset(rs), frozenset(ws)
 
 
-#: kernel-descriptor float controls and the only values the emulator models (numpy f32/f16/f64
-#: arithmetic = round to nearest even, denormals kept).  [LLVM] AMDGPUUsage "Kernel Descriptor"
-#: / .amdhsa_ directives: FLOAT_ROUND_MODE_* 0 = nearest even, FLOAT_DENORM_MODE_* 3 = keep
-#: denormals on input and output.  Missing directives are taken as these values (what our
-#: kernels and FlyDSL/aiter's state explicitly); any other value is refused (issue #12 fix 6).
-_FLOAT_MODES = {"float_round_mode_32": 0, "float_round_mode_16_64": 0,
-                "float_denorm_mode_32": 3, "float_denorm_mode_16_64": 3}
+#: kernel-descriptor float controls.  [LLVM] AMDGPUUsage "Kernel Descriptor" / .amdhsa_
+#: directives: FLOAT_ROUND_MODE_* 0 = round to nearest even (the only one modelled);
+#: FLOAT_DENORM_MODE_32: 3 = keep f32 denormals (numpy's behaviour), 0 = flush f32 denormal
+#: inputs and results to zero (honoured for the f32 VALU ops, see decode._ftz); the
+#: assembler's defaults when a directive is missing: round 0, denorm_32 0 (!), denorm_16_64 3.
+#: Anything else is refused (issue #12 fix 6).
+_FLOAT_DEFAULTS = {"float_round_mode_32": 0, "float_round_mode_16_64": 0,
+                   "float_denorm_mode_32": 0, "float_denorm_mode_16_64": 3}
+_FLOAT_OK = {"float_round_mode_32": (0,), "float_round_mode_16_64": (0,),
+             "float_denorm_mode_32": (0, 3), "float_denorm_mode_16_64": (3,)}
 
 
 def float_modes(desc: dict) -> dict:
-    """Check a kernel descriptor's float-mode directives; return {"ieee": bool}."""
-    for key, want in _FLOAT_MODES.items():
-        if key in desc and desc[key] != want:
-            raise DecodeError(f".amdhsa_{key} {desc[key]} is not modelled: the emulator computes with "
-                              f"{key.replace('float_', '').replace('_', ' ')} = {want} only "
-                              f"(round to nearest even, denormals kept); refusing rather than guessing")
+    """Check a kernel descriptor's float-mode directives; return {"ieee": bool, "ftz32": bool}."""
+    for key, ok in _FLOAT_OK.items():
+        v = desc.get(key, _FLOAT_DEFAULTS[key])
+        if v not in ok:
+            what = "rounding other than nearest-even" if "round" in key else "this denormal mode"
+            raise DecodeError(f".amdhsa_{key} {v} is not modelled ({what}); the emulator models "
+                              f"{key} in {ok} only; refusing rather than guessing")
     ieee = desc.get("ieee_mode", 1)
     if ieee not in (0, 1):
         raise DecodeError(f".amdhsa_ieee_mode {ieee!r} must be 0 or 1")
-    return {"ieee": bool(ieee)}
+    return {"ieee": bool(ieee), "ftz32": desc.get("float_denorm_mode_32", 0) == 0}
 
 
 def decode_kernel(ks, acc_offset: int, nvgpr: int = 512) -> list:
     """Decode every instruction of a KernelSource; unknown opcodes are errors."""
-    ctx = Ctx(acc_offset, ks.labels, nvgpr, ieee=float_modes(ks.descriptor)["ieee"])
-    ctx.mode = _mode_value(ks.descriptor)
+    fm = float_modes(ks.descriptor)
+    ctx = Ctx(acc_offset, ks.labels, nvgpr, ieee=fm["ieee"])
+    ctx.mode = ctx.launch_mode = _mode_value(ks.descriptor)
+    ctx.ftz32 = fm["ftz32"]
+    targets = set(ks.labels.values())
     out = []
     for idx, ins in enumerate(ks.instructions):
         ctx.line, ctx.text = ins.line, ins.text
+        if idx in targets and ctx.mode != ctx.launch_mode:
+            raise DecodeError(f"line {ins.line}: a branch target inside a region where s_setreg changed MODE "
+                              f"({ctx.launch_mode:#x} -> {ctx.mode:#x}); the emulator tracks MODE changes "
+                              f"only along straight-line code")
         try:
             d = _decode_one(ins, ctx)
         except DecodeError:

@@ -327,8 +327,10 @@ def test_setreg_mode_same_value_is_a_noop_and_a_change_is_refused():
     assert out == [7]
     out, _ = run_salu("s_setreg_b32 hwreg(HW_REG_MODE, 4, 4), s10\ns_mov_b32 s20, 7", [0xF], nout=1)
     assert out == [7]
+    with pytest.raises(DecodeError, match=r"line \d+: s_setreg_imm32_b32 changes MODE 0x3f0 -> 0x3f1"):
+        run_salu("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 0, 2), 1", [], nout=1)
     with pytest.raises(ExecError, match=r"line \d+: s_setreg changes MODE"):
-        run_salu("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 2), 0", [], nout=1)
+        run_salu("s_setreg_b32 hwreg(HW_REG_MODE, 4, 2), s10", [0], nout=1)
     with pytest.raises(ExecError, match=r"line \d+: s_setreg changes MODE"):
         run_salu("s_setreg_b32 hwreg(HW_REG_MODE, 9, 1), s10", [0], nout=1)
 

@@ -41,7 +41,11 @@ s_endpgm
 
 
 def _directive(extra):
-    return lambda t: t.replace("\t\t.amdhsa_next_free_vgpr 256", "\t\t.amdhsa_next_free_vgpr 256\n" + extra)
+    def patch(t):
+        key = extra.split()[0]
+        t = "\n".join(ln for ln in t.split("\n") if ln.split()[:1] != [key])   # replace, do not duplicate
+        return t.replace("\t\t.amdhsa_next_free_vgpr 256", "\t\t.amdhsa_next_free_vgpr 256\n" + extra)
+    return patch
 
 
 # ---------------------------------------------------------------- fix 2 ----
@@ -156,12 +160,69 @@ def test_omod_is_ignored_in_ieee_mode_and_applied_without_it():
     assert np.array_equal(got, plain)
 
 
-@pytest.mark.parametrize("directive", [".amdhsa_float_denorm_mode_32 0", ".amdhsa_float_denorm_mode_16_64 1",
-                                       ".amdhsa_float_round_mode_32 1"])
+@pytest.mark.parametrize("directive", [".amdhsa_float_denorm_mode_32 1", ".amdhsa_float_denorm_mode_16_64 1",
+                                       ".amdhsa_float_round_mode_32 1", ".amdhsa_float_round_mode_16_64 2"])
 def test_unmodelled_float_modes_are_refused_at_load(directive):
     with pytest.raises(DecodeError, match=directive.split()[0].lstrip(".").replace("amdhsa_", "")):
         run_text("v_add_f32_e32 v20, v10, v11", [0, 0], patch=_directive("\t\t" + directive))
-    run_text("v_add_f32_e32 v20, v10, v11", [0, 0], patch=_directive("\t\t.amdhsa_float_denorm_mode_32 3"))
+
+
+def _ftz_kernel(t):
+    assert "\t\t.amdhsa_float_denorm_mode_32 3" in t
+    return t.replace("\t\t.amdhsa_float_denorm_mode_32 3", "\t\t.amdhsa_float_denorm_mode_32 0")
+
+
+DEN = 0x00000100                      # a positive f32 denormal
+NDEN = 0x80000100
+
+
+def test_flush_to_zero_mode_is_honoured_for_f32_alu():
+    """.amdhsa_float_denorm_mode_32 0 (the assembler default): f32 denormal inputs read as
+    zeros and denormal results are written as zeros; 3 keeps them."""
+    a = np.full(64, DEN, np.uint32)
+    a[1] = NDEN
+    tiny = f32(np.full(64, 2.0 ** -70))
+    lines = """v_mul_f32_e32 v20, 1.0, v10
+v_mul_f32_e32 v21, v11, v11
+v_cmp_eq_f32_e32 vcc, 0, v10
+v_cndmask_b32_e64 v22, 0, 1, vcc
+v_max_f32_e32 v23, v10, v10
+v_mov_b32_e32 v24, v10
+v_fma_f32 v25, v11, v11, v10"""
+    out = run_text(lines, [a, tiny], nout=6, patch=_ftz_kernel)
+    assert list(out[0][:2]) == [0, 0x80000000]          # denormal input flushed (sign kept)
+    assert np.all(out[1] == 0)                            # 2**-140 is a denormal result: flushed
+    assert np.all(out[2] == 1)                            # the denormal compares equal to 0
+    assert list(out[3][:2]) == [0, 0x80000000]
+    assert np.all(out[4] == a)                            # moves do not flush
+    assert np.all(out[5] == 0)
+    keep = run_text(lines, [a, tiny], nout=6)
+    assert list(keep[0][:2]) == [DEN, NDEN] and np.all(keep[1] == f32(np.float32(2.0 ** -140)))
+    assert np.all(keep[2] == 0)
+
+
+def test_setreg_denormal_toggle_is_tracked_along_straight_line_code():
+    """LLVM's f32 division in flush-to-zero kernels turns f32 denormals on around the Newton
+    steps with s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 2), 3 and back off with 0."""
+    a = np.full(64, DEN, np.uint32)
+    lines = """v_add_f32_e32 v20, 0, v10
+s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 2), 3
+v_add_f32_e32 v21, 0, v10
+s_getreg_b32 s40, hwreg(HW_REG_MODE, 4, 2)
+v_mov_b32_e32 v22, s40
+s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 2), 0
+v_add_f32_e32 v23, 0, v10"""
+    out = run_text(lines, [a], nout=4, patch=_ftz_kernel)
+    assert np.all(out[0] == 0) and np.all(out[1] == DEN) and np.all(out[2] == 3) and np.all(out[3] == 0)
+    branchy = """s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 2), 3
+s_cbranch_scc0 .Lx
+.Lx:
+v_add_f32_e32 v20, 0, v10
+s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 2), 0"""
+    with pytest.raises(DecodeError, match=r"line \d+: a branch target inside a region where s_setreg changed MODE"):
+        run_text(branchy, [a], patch=_ftz_kernel)
+    with pytest.raises(DecodeError, match=r"line \d+: s_setreg_imm32_b32 changes MODE"):
+        run_text("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 0, 2), 1", [a], patch=_ftz_kernel)
 
 
 # ---------------------------------------------------------------- fix 7 ----
