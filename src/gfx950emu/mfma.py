@@ -86,7 +86,9 @@ exact float64 block dot product.  That holds always for fp4/fp6/bf6 operands
 (e.g. fp4 x fp4: 32*36 <= 2**24/4) and is checked per MFMA otherwise; when it
 fails the chain is run step by step, in f32 when every product is an exact f32
 value (always for the 8/6/4-bit formats and f16, checked for bf16), else from
-float64 per step.  f32 subnormal inputs and results are
+float64 per step.  Cost: the fp4/fp6 MFMAs (our kernels) run as fast as the old
+one-matmul model; bf16 and fp8 MFMAs whose data fails the exactness bound run
+the 32-step chain (about 1.5x / 3x the old cost per MFMA, measured in-process).  f32 subnormal inputs and results are
 kept (no flush-to-zero modelled); a chain step rounds ``a*b + acc`` from
 float64, exact except for rare double-rounding ties with extreme exponent
 spread.  An E8M0 byte 0xFF makes its block's Q (hence D) NaN.
