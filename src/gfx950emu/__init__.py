@@ -5,6 +5,7 @@ It executes the ``.s`` text LLVM writes for a kernel (FlyDSL's
 that every use of memory results is covered by an ``s_waitcnt``.
 
     prog = gfx950emu.load(isa_text)                 # parse + pre-decode once
+    prog = gfx950emu.load_code_object("k.co")       # or a .co/.hsaco (needs gfx950 llvm-objdump)
     res = gfx950emu.launch(prog, grid=(4, 1, 1), block=(256, 1, 1),
                            args=[a, b, c, 128], hazards="report")
     res.hazards, res.stats.by_opcode, res.seconds
@@ -15,6 +16,7 @@ state, wave scheduling, processes), hazards (s_waitcnt checker), memory (flat
 address space, buffer descriptors, atomics), mfma / fpformats (matrix cores
 and narrow float formats).
 """
+from .codeobject import CodeObjectError, code_object_to_isa, load_code_object
 from .decode import DecodeError
 from .hazards import HazardError, HazardReport
 from .machine import Program, Result, Stats, launch, load
@@ -23,6 +25,6 @@ from .memory import MemoryFault
 from .parser import ParseError
 
 __all__ = [
-    "load", "launch", "Program", "Result", "Stats", "HazardReport", "HazardError",
+    "load", "load_code_object", "code_object_to_isa", "CodeObjectError", "launch", "Program", "Result", "Stats", "HazardReport", "HazardError",
     "DecodeError", "ParseError", "ExecError", "MemoryFault",
 ]
