@@ -335,13 +335,15 @@ def _metadata_yaml(tools: LlvmTools, path: str) -> str:
 
 
 # --------------------------------------------------------- disassembly ----
-_DIS_LINE = re.compile(r"^\s+(\S.*?)\s*//\s*([0-9A-Fa-f]+):(?:\s+[0-9A-Fa-f]{8})*\s*(<[^>]*>)?\s*$")
-_BRANCH = re.compile(r"^(s_branch|s_cbranch_\w+)\s+(-?\d+|0x[0-9a-fA-F]+)\s*$")
+_DIS_LINE = re.compile(r"^\s+(\S.*?)\s*//\s*([0-9A-Fa-f]+):((?:\s+[0-9A-Fa-f]{8})*)\s*(<[^>]*>)?\s*$")
+# SOPP branches; the target comes from the encoding (simm16 = low half of the first word), since
+# llvm-objdump prints either the offset or a local symbol name there.
+_BRANCH = re.compile(r"^(s_branch|s_cbranch_\w+)\s+\S+\s*$")
 
 
 def _disassemble(tools: LlvmTools, path: str):
-    """{address: instruction text} of every instruction in the code object's text sections."""
-    out = _run([tools.objdump, "-d", "--no-show-raw-insn", path], "llvm-objdump -d")
+    """{address: (instruction text, first encoding word)} of every instruction in the text sections."""
+    out = _run([tools.objdump, "-d", path], "llvm-objdump -d")
     insns = {}
     for raw in out.splitlines():
         m = _DIS_LINE.match(raw)
@@ -351,7 +353,8 @@ def _disassemble(tools: LlvmTools, path: str):
         if text.startswith("<unknown>") or text.startswith(".long"):
             raise CodeObjectError(f"{path}: llvm-objdump could not decode the word at 0x{int(m.group(2), 16):x} "
                                   f"({tools.describe()}); {_TOOL_HINT}")
-        insns[int(m.group(2), 16)] = text
+        words = m.group(3).split()
+        insns[int(m.group(2), 16)] = (text, int(words[0], 16) if words else None)
     return insns
 
 
@@ -382,10 +385,12 @@ def _kernels(elf: _Elf, where: str):
         if fn is not None and fn.value != start:
             raise CodeObjectError(f"{where}: kernel {name}: descriptor entry 0x{start:x} != symbol 0x{fn.value:x}")
         size = fn.size if fn is not None else 0
-        if not size:     # hand-written asm without .size: up to the next symbol in the section
-            later = [t.value for t in syms if t.value > start and t.type in (0, 2) and t.shndx == (fn.shndx if fn else t.shndx)]
-            text = next((sec for sec in elf.sections if sec.addr <= start < sec.addr + sec.size), None)
-            end = min(later + ([text.addr + text.size] if text else []), default=start)
+        if not size:     # hand-written asm without .size: up to the next function or the section's end
+            text = next((sec for sec in elf.sections if sec.addr <= start < sec.addr + sec.size and sec.type == 1), None)
+            later = [t.value for t in syms if t.value > start and t.type == 2]
+            later += [t.value + decode_descriptor(elf.read_vaddr(t.value, 64))["_kernel_code_entry_byte_offset"]
+                      for t in syms if t.name.endswith(".kd") and t.type == 1]
+            end = min([v for v in later if v > start] + ([text.addr + text.size] if text else []), default=start)
         else:
             end = start + size
         found.append(_Kernel(name, start, end, desc))
@@ -435,20 +440,22 @@ def _to_isa_cached(digest: str, data: bytes, where: str) -> str:
         mine = [a for a in addrs if k.start <= a < k.end]
         if not mine:
             raise CodeObjectError(f"{where}: kernel {k.name}: no instructions between 0x{k.start:x} and 0x{k.end:x}")
-        if not any(insns[a].split()[0] == "s_endpgm" for a in mine):
+        if not any(insns[a][0].split()[0] == "s_endpgm" for a in mine):
             raise CodeObjectError(f"{where}: kernel {k.name} has no s_endpgm")
         if k.end == k.start or not any(s.name == k.name and s.size for s in elf.symbols()):
             # no symbol size: drop the padding (s_nop 0 / s_code_end) after the last s_endpgm
-            last = max(i for i, a in enumerate(mine) if insns[a].split()[0] == "s_endpgm")
+            last = max(i for i, a in enumerate(mine) if insns[a][0].split()[0] == "s_endpgm")
             tail = mine[last + 1:]
-            if all(insns[a] in ("s_nop 0", "s_code_end") for a in tail):
+            if all(insns[a][0] in ("s_nop 0", "s_code_end") for a in tail):
                 mine = mine[:last + 1]
         body, targets = [], {}
         for a in mine:
-            text = insns[a]
+            text, word = insns[a]
             m = _BRANCH.match(text)
             if m:
-                tgt = a + 4 + 4 * _simm16(int(m.group(2), 0))
+                if word is None:
+                    raise CodeObjectError(f"{where}: llvm-objdump printed no encoding for {text!r} at 0x{a:x}")
+                tgt = a + 4 + 4 * _simm16(word)
                 if not k.start <= tgt <= mine[-1] + size[mine[-1]]:
                     raise CodeObjectError(f"{where}: kernel {k.name}: {text} at 0x{a:x} jumps outside the kernel")
                 lab = targets.setdefault(tgt, f".L{n}_{tgt:x}")

@@ -260,3 +260,17 @@ def test_missing_tools_name_rocm_and_llvm22(monkeypatch):
         codeobject.find_llvm_tools.cache_clear()
     msg = str(err.value)
     assert "ROCm" in msg and "llvm-22" in msg and "\n" not in msg
+
+
+def test_hand_written_style_code_object_without_symbol_size(tmp_path):
+    """Like aiter's .co files: no .size on the kernel symbol and local label symbols, which llvm-objdump
+    prints as branch operands; the kernel ends at its last s_endpgm (padding dropped)."""
+    isa = LOOP.replace("\t.size\tloop, .Lfunc_end0-loop\n", "").replace(".LBB0_1", "loop_head")
+    isa = isa.replace("\ts_endpgm\n", "\ts_endpgm\n\ts_nop 0\n\ts_nop 0\n")
+    co = assemble(isa, tmp_path)
+    prog = gfx950emu.load_code_object(co)
+    assert prog.instructions[-1].opcode == "s_endpgm"
+    _same_program(gfx950emu.load(LOOP), prog)
+    out = np.zeros(64, np.uint32)
+    gfx950emu.launch(prog, grid=1, block=64, args=[out, 3], hazards="strict")
+    assert np.array_equal(out, np.arange(64) * 3)
