@@ -6,6 +6,8 @@ Backends:
               hazard checker, compare with the reference. Works on any machine.
 ``device``    run on a visible gfx950 GPU through FlyDSL's own launcher and compare. Needs an MI355X
               (refused with one clear line anywhere else).
+``emulated-device``  the device path (``build`` + ``device_args`` + FlyDSL's launcher) with the GPU
+              replaced by gfx950emu behind an emulated HIP runtime (:mod:`.emulated_device`).
 
 The kernel module of a variant family provides the pieces (see ``mxfp4_ablation.kernels.gemm``):
 
@@ -32,7 +34,7 @@ from . import modes, reference, toolchain, variants
 
 #: The correctness gate: cosine similarity against the reference and no hazard reports.
 COSINE_MIN = 0.99999
-BACKENDS = ("emulator", "device")
+BACKENDS = ("emulator", "device", "emulated-device")
 
 
 def _module(variant: variants.Variant):
@@ -118,6 +120,15 @@ def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulato
         result["compile_seconds"] = art.compile_seconds
         result["hazards"] = len(run.hazards)
         result["hazard_reports"] = [str(h) for h in run.hazards[:5]]
+    elif backend == "emulated-device":
+        from . import emulated_device
+
+        _require(module, "build", "device_args")
+        run = emulated_device.run(lambda: module.build(**params), inputs,
+                                  lambda on_dev: _call_with_switches(module.device_args, on_dev, variant.switches),
+                                  hazards=hazards, processes=processes)
+        inputs = run.pop("inputs")
+        result.update(run)
     else:
         import torch
 

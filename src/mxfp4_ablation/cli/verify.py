@@ -25,7 +25,7 @@ def register(sub) -> None:
                        description="Run a variant and compare it with the torch reference; exit 1 on a mismatch.")
     p.add_argument("variant")
     p.add_argument("--shape", required=True, help="M,N,K")
-    p.add_argument("--backend", choices=("emulator", "device"), default="emulator")
+    p.add_argument("--backend", choices=("emulator", "device", "emulated-device"), default="emulator")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--processes", type=int, default=1, help="emulator worker processes (workgroups in parallel)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

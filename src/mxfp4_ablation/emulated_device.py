@@ -1,0 +1,167 @@
+"""``--backend emulated-device``: the device path -- FlyDSL ``build`` + ``device_args`` + FlyDSL's own
+JIT launcher -- with the GPU replaced by gfx950emu behind an emulated HIP runtime.
+
+What runs is what ``--backend device`` runs on an MI355X: the kernel module's ``build(**params)``
+gives FlyDSL's ``@flyc.jit`` launcher, ``device_args`` picks its arguments from tensors "on the
+device", and calling it makes FlyDSL compile the kernel for gfx950 in this process, create its MLIR
+ExecutionEngine with ``libfly_jit_runtime.so``, load the code object (``hipModuleLoadData``), look up
+the kernel (``hipModuleGetFunction``) and launch it (``hipModuleLaunchKernel``) with the kernel
+arguments FlyDSL packed.  The only thing replaced is the GPU: ``libfly_jit_runtime.so`` binds to the
+``libamdhip64.so.7`` shim of :mod:`gfx950emu.hip`, whose calls run the code object in gfx950emu with
+the ``s_waitcnt`` hazard checker.
+
+Tensors: torch here has no GPU, so "device memory" is what the emulated device's ``hipMalloc`` hands
+out (host memory it owns); :func:`to_device` copies each input tensor there with ``hipMemcpy``
+(host-to-device) and wraps it as a CPU torch tensor over that memory, so FlyDSL's ``data_ptr()`` is a
+device pointer; :func:`to_host` copies every tensor back (device-to-host) and frees it.
+
+FlyDSL is told the target the way a user without ``rocm_agent_enumerator`` would: ``ARCH`` /
+``FLYDSL_GPU_ARCH`` = gfx950, and ``ROCM_PATH`` = the toolkit root with ``ld.lld``
+(:func:`toolchain.toolkit_root`).  FlyDSL's own JIT cache goes under the project cache.
+
+Times: ``seconds`` is the wall time of the launcher call on this CPU (FlyDSL's compile + emulation):
+not a kernel time.  Events of the emulated device report 0 ms, or the timing model's modelled time
+when it is on (``timing=True``); both are labelled by ``clock`` and are never measurements.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from typing import Any, Callable
+
+from . import paths, toolchain
+
+#: What a missing piece looks like to the user (one line each).
+_NEEDS = "--backend emulated-device needs FlyDSL, torch, a C compiler (for the HIP shim) and gfx950 LLVM tools"
+
+
+class EmulatedDeviceError(RuntimeError):
+    """The emulated device could not be set up or a HIP call failed (message says which)."""
+
+
+def _env() -> None:
+    os.environ.pop("COMPILE_ONLY", None)
+    os.environ["ARCH"] = "gfx950"
+    os.environ["FLYDSL_GPU_ARCH"] = "gfx950"
+    os.environ["ROCM_PATH"] = str(toolchain.toolkit_root())
+    os.environ.setdefault("GFX950EMU_CACHE", str(paths.cache_dir() / "gfx950emu"))
+    os.environ.setdefault("FLYDSL_RUNTIME_CACHE_DIR", str(paths.cache_dir() / "flydsl-jit"))
+    os.environ.setdefault("FLYDSL_RUNTIME_ENABLE_CACHE", "1")
+
+
+def prepare(hazards: str = "report", timing: bool = False, processes: int = 1):
+    """Set FlyDSL's environment and load the emulated HIP runtime; returns the gfx950emu.hip Device."""
+    import gfx950emu.hip as hip
+
+    try:
+        _env()
+        return hip.load(hazards=hazards, timing=timing, processes=processes)
+    except (hip.ShimBuildError, hip.HipError, toolchain.ToolchainError) as err:
+        raise EmulatedDeviceError(f"{_NEEDS}: {err}") from None
+
+
+def _lib():
+    import gfx950emu.hip as hip
+
+    lib = hip.library()
+    if lib is None:
+        raise EmulatedDeviceError("the emulated device is not loaded; call emulated_device.prepare() first")
+    return lib
+
+
+def _call(name: str, *args) -> None:
+    import gfx950emu.hip as hip
+
+    code = getattr(_lib(), name)(*args)
+    if code:
+        dev = hip.device()
+        detail = dev.errors[-1]["message"] if dev and dev.errors else ""
+        if dev:
+            dev.errors.clear()
+        raise EmulatedDeviceError(f"{name} failed with hipError {code}: {detail}")
+
+
+def _nbytes(t) -> int:
+    return t.untyped_storage().nbytes()
+
+
+def to_device(inputs: dict) -> dict:
+    """Copy every torch tensor of ``inputs`` into emulated device memory (``hipMalloc`` + ``hipMemcpy``);
+    other values pass through.  A tensor keeps its shape, strides and storage offset."""
+    import torch
+
+    out = {}
+    for key, value in inputs.items():
+        if not isinstance(value, torch.Tensor):
+            out[key] = value
+            continue
+        if value.device.type != "cpu":
+            raise EmulatedDeviceError(f"input {key!r} is on {value.device}; the emulated device takes CPU tensors")
+        n = _nbytes(value)
+        if n == 0:
+            out[key] = value.clone()
+            continue
+        ptr = ctypes.c_void_p()
+        _call("hipMalloc", ctypes.byref(ptr), ctypes.c_size_t(n))
+        _call("hipMemcpy", ptr, ctypes.c_void_p(value.untyped_storage().data_ptr()), ctypes.c_size_t(n), 1)
+        raw = torch.frombuffer((ctypes.c_uint8 * n).from_address(ptr.value), dtype=torch.uint8)
+        typed = raw.view(value.dtype) if value.element_size() > 1 or value.dtype != torch.uint8 else raw
+        out[key] = typed.as_strided(value.shape, value.stride(), value.storage_offset())
+    return out
+
+
+def to_host(on_device: dict, like: dict) -> dict:
+    """Copy every device tensor back into a new CPU tensor (``hipMemcpy`` device-to-host) and free it."""
+    import torch
+
+    out = {}
+    for key, value in on_device.items():
+        orig = like.get(key)
+        if not isinstance(value, torch.Tensor) or not isinstance(orig, torch.Tensor) or _nbytes(orig) == 0:
+            out[key] = value
+            continue
+        n = _nbytes(orig)
+        host = torch.empty(n, dtype=torch.uint8)
+        base = value.untyped_storage().data_ptr()
+        _call("hipMemcpy", ctypes.c_void_p(host.data_ptr()), ctypes.c_void_p(base), ctypes.c_size_t(n), 2)
+        _call("hipFree", ctypes.c_void_p(base))
+        typed = host.view(orig.dtype) if orig.dtype != torch.uint8 else host
+        out[key] = typed.as_strided(orig.shape, orig.stride(), orig.storage_offset())
+    return out
+
+
+def run(build: Callable[[], Any], inputs: dict, device_args: Callable[[dict], tuple], *,
+        hazards: str = "report", processes: int = 1, timing: bool = False) -> dict[str, Any]:
+    """Run one launcher on the emulated device: ``build()`` -> FlyDSL launcher, ``device_args(on_device)``
+    -> its arguments.  Returns ``inputs`` (every tensor copied back to the host), ``seconds`` (wall time
+    of the launcher call, compile included: not a kernel time), ``hazards`` (count over the launches),
+    ``hazard_reports``, ``launches`` (the device's log: kernel, grid, block, emulator seconds, clock)."""
+    dev = prepare(hazards=hazards, timing=timing, processes=processes)
+    dev.reset_log()
+    launcher = build()
+    on_device = to_device(inputs)
+    try:
+        start = time.perf_counter()
+        launcher(*device_args(on_device))
+        _call("hipDeviceSynchronize")
+        seconds = time.perf_counter() - start
+        failed = list(dev.errors)
+    finally:
+        host = to_host(on_device, inputs)
+    if failed:
+        e = failed[0]
+        raise EmulatedDeviceError(f"{e['call']} failed on the emulated device ({e['error']}): {e['message']}")
+    if not dev.launches:
+        raise EmulatedDeviceError("the launcher returned without launching a kernel on the emulated device")
+    reports = [r for launch in dev.launches for r in launch["hazard_reports"]]
+    return {
+        "inputs": host,
+        "seconds": round(seconds, 3),
+        "hazards": sum(launch["hazards"] for launch in dev.launches),
+        "hazard_reports": reports[:5],
+        "launches": [dict(launch) for launch in dev.launches],
+    }
+
+
+__all__ = ["EmulatedDeviceError", "prepare", "run", "to_device", "to_host"]
