@@ -5,7 +5,7 @@
          # libfly_jit_runtime.so) binds to the shim; its HIP calls land in ``dev``
     dev.launches, dev.errors, dev.check()
 
-The shim (:mod:`gfx950emu.hip.build`) is a small C library with the HIP entry points and their
+The shim (:mod:`gfx950emu.hip.shim`) is a small C library with the HIP entry points and their
 ``hip_4.2`` symbol versions, soname ``libamdhip64.so.7``; each entry point calls a Python function of
 the :class:`~gfx950emu.hip.server.Device` (:mod:`gfx950emu.hip.server`: memory, copies, streams,
 events, modules, launches in the emulator).  Loading it before the first library that needs
@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from .build import ShimBuildError, build, library_path
+from .shim import ShimBuildError, build, library_path
 from .server import PROPERTIES, Device, HipError
 
 __all__ = ["load", "device", "Device", "HipError", "ShimBuildError", "build", "library_path", "PROPERTIES",

@@ -33,7 +33,7 @@ import threading
 
 import numpy as np
 
-from .build import ERRORS, SPEC
+from .shim import ERRORS, SPEC
 
 # hipError_t values (hip_runtime_api.h)
 SUCCESS, INVALID_VALUE, OUT_OF_MEMORY, NOT_INITIALIZED = 0, 1, 2, 3
