@@ -38,7 +38,7 @@ from .shim import ERRORS, SPEC
 # hipError_t values (hip_runtime_api.h)
 SUCCESS, INVALID_VALUE, OUT_OF_MEMORY, NOT_INITIALIZED = 0, 1, 2, 3
 INVALID_DEVICE_FUNCTION, INVALID_DEVICE, INVALID_IMAGE = 98, 101, 200
-INVALID_HANDLE, NOT_FOUND, LAUNCH_FAILURE, NOT_SUPPORTED, UNKNOWN = 400, 500, 719, 801, 999
+INVALID_HANDLE, NOT_FOUND, ILLEGAL_ADDRESS, LAUNCH_FAILURE, NOT_SUPPORTED, UNKNOWN = 400, 500, 700, 719, 801, 999
 
 # hipMemcpyKind
 H2H, H2D, D2H, D2D, DEFAULT = 0, 1, 2, 3, 4
@@ -167,7 +167,10 @@ class Device:
                 self._record(name, e.code, str(e))
                 return e.code
             except Exception as e:           # a Python failure must never unwind into C
-                code = LAUNCH_FAILURE if name == "hipModuleLaunchKernel" else UNKNOWN
+                from ..memory import MemoryFault
+                code = UNKNOWN
+                if name == "hipModuleLaunchKernel":
+                    code = ILLEGAL_ADDRESS if isinstance(e, MemoryFault) else LAUNCH_FAILURE
                 self._record(name, code, f"{type(e).__name__}: {e}")
                 return code
         return call
