@@ -90,3 +90,38 @@ def test_verify_cli_path_passes_on_the_emulated_device():
 def test_unknown_backend_is_one_clear_error():
     with pytest.raises(ValueError, match="emulated-device"):
         runner.verify("gemm-v7", SHAPES["gemm"], backend="emulated")
+
+
+def test_bench_harness_device_plumbing_through_the_emulated_device():
+    """The harness's own device path -- launcher_for -> kernel_case (FlyDSL build, input sets moved to
+    the device, launches on a stream), events and graph capture/replay, rotation sets -- on the
+    emulated device.  Its clock counts launches (1 us each): every "time" here is a launch count,
+    not a measurement, and the provenance says mode=emulated, clock=launch-count."""
+    _require_stack()
+    from gfx950emu import hip
+
+    from mxfp4_ablation.bench import abtest, inputs, launchers
+
+    shape = (1, 8, 512, 256, 2)                            # one token: two experts' blocks
+    comp = abtest.Comparison(name="v0_vs_v2", a=launchers.launcher_for("moe1-v0", shape),
+                             b=launchers.launcher_for("moe1-v2", shape))
+    settings = abtest.HarnessSettings(pairs=3, launches=1, warmup=1, warmup_pairs=0, methods=("events", "graph"),
+                                      processes=1, fresh_processes=False, backend="emulated", cache_bytes=200_000,
+                                      progress=False)
+    res = abtest.run_comparisons([comp], settings, mode="emulated")
+    dev = hip.device()
+    trials = res.trials
+    assert len(trials) == 2 * 2 * 3                        # methods x arms x pairs
+    # launch-count clock: each timed window holds exactly `launches` launches, warm-ups outside it
+    assert trials["time_per_launch_us"].to_numpy() == pytest.approx(1.0, rel=1e-6)
+    assert len(dev.launches) == len(trials) * (settings.launches + settings.warmup)
+    assert all(entry["hazards"] == 0 and entry["clock"] == "launch-count" for entry in dev.launches)
+    # rotation: enough sets to exceed 2x the cache, and launch after launch walks through them
+    set_bytes = int(trials["set_bytes"].iloc[0])
+    n_sets = inputs.rotation_for(set_bytes, settings.cache_bytes).n_sets
+    assert n_sets >= 2 and (trials["n_sets"] == n_sets).all()
+    first_args = [e["pointers"][0] for e in dev.launches]
+    assert len(set(first_args)) == 2 * n_sets              # both arms' sets, all used, all distinct
+    assert res.provenance["mode"] == "emulated"
+    facts = res.provenance["bench"]["device_facts"]
+    assert facts["clock"] == "launch-count" and facts["arch"] == "gfx950"

@@ -50,13 +50,13 @@ def _env() -> None:
     os.environ.setdefault("FLYDSL_RUNTIME_ENABLE_CACHE", "1")
 
 
-def prepare(hazards: str = "report", timing: bool = False, processes: int = 1):
+def prepare(hazards: str = "report", timing: bool = False, processes: int = 1, clock: str | None = None):
     """Set FlyDSL's environment and load the emulated HIP runtime; returns the gfx950emu.hip Device."""
     import gfx950emu.hip as hip
 
     try:
         _env()
-        return hip.load(hazards=hazards, timing=timing, processes=processes)
+        return hip.load(hazards=hazards, timing=timing, processes=processes, clock=clock)
     except (hip.ShimBuildError, hip.HipError, toolchain.ToolchainError) as err:
         raise EmulatedDeviceError(f"{_NEEDS}: {err}") from None
 
@@ -164,4 +164,82 @@ def run(build: Callable[[], Any], inputs: dict, device_args: Callable[[dict], tu
     }
 
 
-__all__ = ["EmulatedDeviceError", "prepare", "run", "to_device", "to_host"]
+# --------------------------------------------------------------------------- bench harness
+
+
+class _Stream:
+    """A HIP stream handle in the form FlyDSL's ``fx.Stream`` reads (``.cuda_stream``)."""
+
+    def __init__(self, handle: int):
+        self.cuda_stream = handle
+
+
+class EmulatedBackend:
+    """The bench harness's backend (``HarnessSettings(backend="emulated")``) on the emulated device.
+
+    It has the interface of ``bench.timing.TorchBackend`` -- events, synchronize, graph capture and
+    replay -- through the HIP calls of the shim, plus ``to_device`` / ``stream`` for
+    ``bench.launchers.kernel_case``.  Its clock (``clock``) is ``"launch-count"`` (1 us per launch:
+    elapsed times count launches) or ``"modelled"`` with ``timing=True``: NEVER a measurement.  Graph
+    capture records the launches (kernel, grid, block, argument bytes) and replays them, as HIP
+    stream capture would.
+    """
+
+    name = "emulated"
+    device = "emulated-gfx950"
+
+    def __init__(self, index: int = 0, seed: int = 0, timing: bool = False, hazards: str = "report"):
+        if index != 0:
+            raise EmulatedDeviceError(f"the emulated machine has one device (0), not {index}")
+        self.index = index
+        self.dev = prepare(hazards=hazards, clock="modelled" if timing else "launch-count")
+        self.clock = self.dev.clock
+        handle = ctypes.c_void_p()
+        _call("hipStreamCreate", ctypes.byref(handle))
+        self._stream = _Stream(handle.value)
+
+    def facts(self) -> dict:
+        from gfx950emu.hip import PROPERTIES
+
+        return {"index": self.index, "name": PROPERTIES["name"], "arch": "gfx950", "runtime": "gfx950emu.hip",
+                "clock": self.clock, "l2_cache_bytes": 4 * 2**20, "llc_bytes": 256 * 2**20,
+                "cu_count": PROPERTIES["multiProcessorCount"]}
+
+    def to_device(self, tensor):
+        return to_device({"t": tensor})["t"]
+
+    def stream(self):
+        return self._stream
+
+    def event(self):
+        ev = ctypes.c_void_p()
+        _call("hipEventCreate", ctypes.byref(ev))
+        return ev
+
+    def record(self, ev):
+        _call("hipEventRecord", ev, ctypes.c_void_p(self._stream.cuda_stream))
+
+    def elapsed_ms(self, start, end) -> float:
+        ms = ctypes.c_float()
+        _call("hipEventElapsedTime", ctypes.byref(ms), start, end)
+        return float(ms.value)
+
+    def synchronize(self):
+        _call("hipDeviceSynchronize")
+
+    def capture(self, fn):
+        self.dev.begin_capture()
+        try:
+            fn()
+        finally:
+            graph = self.dev.end_capture()
+        return graph
+
+    def replay(self, graph):
+        self.dev.replay(graph)
+
+    def empty_cache(self):
+        pass
+
+
+__all__ = ["EmulatedBackend", "EmulatedDeviceError", "prepare", "run", "to_device", "to_host"]

@@ -202,3 +202,38 @@ def test_generated_source_matches_the_slot_table():
         assert f"hipError_t {name}(" in src and f"slots[{k}]" in src
     assert "hip_4.2 {" in shim.version_script() and "local: *;" in shim.version_script()
     assert os.path.basename(str(shim.library_path())) == "libamdhip64.so.7"
+
+
+def test_capture_replay_and_the_launch_count_clock(hip, tmp_path):
+    lib, dev, mod, fn = _vadd_module(hip, tmp_path)
+    dev.reset_log()
+    dev.set_clock("launch-count")
+    try:
+        a = np.arange(64, dtype=np.uint32)
+        da, db, dout = (_device_array(lib, x) for x in (a, a, np.zeros(64, np.uint32)))
+        vals = [C.c_void_p(da.value), C.c_void_p(db.value), C.c_void_p(dout.value), C.c_int(64)]
+        params = (C.c_void_p * 4)(*[C.addressof(v) for v in vals])
+        e0, e1 = C.c_void_p(), C.c_void_p()
+        lib.hipEventCreate(C.byref(e0))
+        lib.hipEventCreate(C.byref(e1))
+        dev.begin_capture()
+        for _ in range(3):
+            assert lib.hipModuleLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, None, params, None) == 0
+        graph = dev.end_capture()
+        assert len(graph) == 3 and dev.launches == []      # recorded, not run
+        vals[3].value = 0                                   # the graph holds a copy of the arguments
+        lib.hipEventRecord(e0, None)
+        dev.replay(graph)
+        lib.hipEventRecord(e1, None)
+        ms = C.c_float()
+        lib.hipEventElapsedTime(C.byref(ms), e0, e1)
+        assert ms.value == pytest.approx(0.003) and len(dev.launches) == 3
+        out = np.zeros(64, np.uint32)
+        lib.hipMemcpy(C.c_void_p(out.ctypes.data), dout, C.c_size_t(256), 2)
+        assert np.array_equal(out, 3 * a)
+        with pytest.raises(ValueError, match="clock must be one of"):
+            dev.set_clock("wall")
+    finally:
+        dev.set_clock("zero")
+        lib.hipModuleUnload(mod)
+        dev.reset_log()

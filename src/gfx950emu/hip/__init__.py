@@ -40,18 +40,23 @@ def loaded_hip_libraries() -> list:
     return sorted(p for p in paths if p.startswith("/"))
 
 
-def load(hazards: str = "report", timing: bool = False, processes: int = 1) -> Device:
+def load(hazards: str = "report", timing: bool = False, processes: int = 1, clock: str | None = None) -> Device:
     """Build (first use) and load the shim; returns the process's emulated device (one per process).
 
-    Calling it again returns the same device with the new options.  Raises :class:`ShimBuildError`
-    when no C compiler is found, :class:`HipError` when a real HIP runtime is already loaded.
+    ``clock`` is the events' clock (``"zero"``, ``"launch-count"``, ``"modelled"``; ``timing=True``
+    means ``"modelled"``); see :mod:`gfx950emu.hip.server`.  Calling it again returns the same device
+    with the new options.  Raises :class:`ShimBuildError` when no C compiler is found,
+    :class:`HipError` when a real HIP runtime is already loaded.
     """
     if hazards not in ("off", "report", "strict"):
         raise ValueError(f"hazards must be 'off', 'report' or 'strict', got {hazards!r}")
+    if timing and clock not in (None, "modelled"):
+        raise ValueError(f"timing=True is the 'modelled' clock, not {clock!r}")
+    mode = clock or ("modelled" if timing else "zero")
     dev = _STATE["device"]
     if dev is not None:
         dev.hazards, dev.processes = hazards, processes
-        dev.set_timing(timing)
+        dev.set_clock(mode)
         return dev
     path = build()
     others = [p for p in loaded_hip_libraries() if os.path.realpath(p) != os.path.realpath(path)]
@@ -60,7 +65,8 @@ def load(hazards: str = "report", timing: bool = False, processes: int = 1) -> D
                           "process's only libamdhip64 (load it before anything that uses HIP)")
     lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     lib.gfx950emu_hip_set.argtypes = [ctypes.c_int, ctypes.c_void_p]
-    dev = Device(hazards=hazards, timing=timing, processes=processes)
+    dev = Device(hazards=hazards, processes=processes)
+    dev.set_clock(mode)
     dev.install(lib)
     _STATE["lib"], _STATE["device"] = lib, dev
     return dev

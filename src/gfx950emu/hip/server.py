@@ -15,10 +15,17 @@ offsets and sizes of the kernel's metadata ``.args``, turns every pointer (a ``g
 :func:`gfx950emu.launch` with the hazard checker.  Each launch is logged in :attr:`Device.launches`
 (kernel, grid, block, hazards, emulator seconds, modelled time when on).
 
-Events: the device keeps one clock.  It stands still (``clock == "zero"``: every elapsed time is 0 ms)
-unless the timing model is on (``timing=True`` and a gfx950emu whose ``launch`` takes ``timing=``):
-then each launch advances it by the modelled kernel time (``clock == "modelled"``).  Neither is a
-measurement.
+Events: the device keeps one clock, in one of three modes (:attr:`Device.clock`), none a measurement:
+
+* ``"zero"`` (default): it stands still; every elapsed time is 0 ms;
+* ``"launch-count"``: each kernel launch advances it by exactly 1 us, so an elapsed time counts the
+  launches between two events (for checking a harness's launch counts, not a time);
+* ``"modelled"``: each launch advances it by the timing model's kernel time (needs a gfx950emu whose
+  ``launch`` takes ``timing=True``).
+
+Graph capture: between :meth:`Device.begin_capture` and :meth:`Device.end_capture` launches are
+recorded (function, grid, block, a copy of the argument bytes) instead of run, as HIP stream capture
+records kernel nodes; :meth:`Device.replay` runs them again in order.
 
 Errors: a failing call returns its hipError_t and is recorded in :attr:`Device.errors` with a one-line
 reason; :meth:`Device.check` raises the first one as :class:`HipError`.
@@ -61,6 +68,8 @@ PROPERTIES = {
     "vgprsPerLane": 512,
     "runtimeVersion": 70000000,
 }
+
+CLOCKS = ("zero", "launch-count", "modelled")
 
 _CT = {"void**": C.c_void_p, "void*": C.c_void_p, "const void*": C.c_void_p, "int*": C.c_void_p,
        "float*": C.c_void_p, "size_t*": C.c_void_p, "char*": C.c_void_p, "const char*": C.c_void_p,
@@ -118,8 +127,9 @@ class Device:
 
     def __init__(self, hazards: str = "report", timing: bool = False, processes: int = 1):
         self.hazards, self.processes = hazards, processes
-        self.timing = False
+        self.clock = "zero"
         self.set_timing(timing)
+        self._capture = None
         self._lock = threading.RLock()
         self.allocations = {}          # base -> (size, keep-alive numpy array)
         self.registered = {}           # base -> size (host memory made visible to kernels)
@@ -135,16 +145,39 @@ class Device:
 
     # ------------------------------------------------------------- set-up ----
     @property
-    def clock(self) -> str:
-        return "modelled" if self.timing else "zero"
+    def timing(self) -> bool:
+        return self.clock == "modelled"
 
     def set_timing(self, on: bool) -> None:
-        if on:
+        """``True``: the modelled clock; ``False``: back to ``"zero"``."""
+        self.set_clock("modelled" if on else "zero")
+
+    def set_clock(self, mode: str) -> None:
+        if mode not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {mode!r}")
+        if mode == "modelled":
             from .. import launch
             if "timing" not in inspect.signature(launch).parameters:
                 raise HipError(NOT_SUPPORTED, "this gfx950emu has no timing model (launch(..., timing=True)); "
-                                              "events can only report 0 ms")
-        self.timing = bool(on)
+                                              "use the 'zero' or 'launch-count' clock")
+        self.clock = mode
+
+    # ---------------------------------------------------------- capture ----
+    def begin_capture(self) -> None:
+        if self._capture is not None:
+            raise HipError(NOT_SUPPORTED, "a capture is already open")
+        self._capture = []
+
+    def end_capture(self) -> list:
+        graph, self._capture = self._capture, None
+        if graph is None:
+            raise HipError(NOT_SUPPORTED, "end_capture without begin_capture")
+        return graph
+
+    def replay(self, graph: list) -> None:
+        with self._lock:
+            for node in graph:
+                self._execute(*node)
 
     def install(self, lib) -> None:
         """Fill the shim's slot table with this device's methods (ctypes callbacks)."""
@@ -438,20 +471,32 @@ class Device:
         prog = fn.program
         user = [a for a in prog.args if not str(a.get(".value_kind", "")).startswith("hidden_")]
         raw = self._argument_bytes(prog, user, params, extra)
-        args = self._launch_args(prog, user, raw)
+        node = (fn, (gx, gy, gz), (bx, by, bz), int(shmem), raw)
+        if self._capture is not None:
+            self._capture.append(node)
+            return
+        self._execute(*node)
+
+    def _execute(self, fn, grid, block, shmem, raw):
+        prog = fn.program
+        user = [a for a in prog.args if not str(a.get(".value_kind", "")).startswith("hidden_")]
+        args, pointers = self._launch_args(prog, user, raw)
         from .. import launch
-        kw = {"hazards": self.hazards, "processes": self.processes, "lds_bytes": int(shmem)}
+        kw = {"hazards": self.hazards, "processes": self.processes, "lds_bytes": shmem}
         if self.timing:
             kw["timing"] = True
-        res = launch(prog, grid=(gx, gy, gz), block=(bx, by, bz), args=args, **kw)
-        entry = {"kernel": prog.name, "grid": [gx, gy, gz], "block": [bx, by, bz], "dynamic_lds": int(shmem),
+        res = launch(prog, grid=grid, block=block, args=args, **kw)
+        entry = {"kernel": prog.name, "grid": list(grid), "block": list(block), "dynamic_lds": shmem,
+                 "pointers": pointers,
                  "hazards": len(res.hazards), "hazard_reports": [str(h) for h in res.hazards[:5]],
                  "emulator_seconds": round(res.seconds, 4), "clock": self.clock}
         timing = getattr(res, "timing", None)
-        if self.timing and timing:
+        if self.clock == "modelled" and timing:
             us = float(timing["kernel"]["us"])
             entry["modelled_us"] = us
             self.clock_us += us
+        elif self.clock == "launch-count":
+            self.clock_us += 1.0
         self.launches.append(entry)
 
     def _argument_bytes(self, prog, user, params, extra):
@@ -495,7 +540,8 @@ class Device:
         return out
 
     def _launch_args(self, prog, user, raw):
-        """gfx950emu.launch args: pointers -> views of their region (up to the next argument's pointer)."""
+        """(gfx950emu.launch args, pointer values): each pointer -> a view of its region, up to the next
+        argument's pointer."""
         ptrs = {}
         for k, (a, b) in enumerate(zip(user, raw)):
             kind = a.get(".value_kind")
@@ -525,7 +571,7 @@ class Device:
                                               "emulated device maps each pointer argument separately")
             end = min([q for q in ptrs.values() if p < q < r[1]] + [r[1]])
             args.append(np.ctypeslib.as_array((C.c_uint8 * (end - p)).from_address(p)))
-        return args
+        return args, [ptrs[k] for k in sorted(ptrs)]
 
 
 def occupancy(prog, block_size: int, dynamic_lds: int = 0) -> int:
