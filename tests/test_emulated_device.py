@@ -125,3 +125,31 @@ def test_bench_harness_device_plumbing_through_the_emulated_device():
     assert res.provenance["mode"] == "emulated"
     facts = res.provenance["bench"]["device_facts"]
     assert facts["clock"] == "launch-count" and facts["arch"] == "gfx950"
+
+
+def test_events_report_modelled_time_when_the_timing_model_is_on():
+    """With the timing model (issue #10) the emulated device's events report its modelled kernel time,
+    labelled "modelled"; without it this test skips."""
+    _require_stack()
+    import inspect
+
+    import gfx950emu
+
+    if "timing" not in inspect.signature(gfx950emu.launch).parameters:
+        pytest.skip("this gfx950emu has no timing model (launch(..., timing=True))")
+    from mxfp4_ablation import emulated_device
+
+    variant, params, module, shape_args = _setup("gemm-v7")
+    backend = emulated_device.EmulatedBackend(timing=True)
+    try:
+        launcher = module.build(**params)
+        on_dev = emulated_device.to_device(module.make_inputs(**shape_args, seed=0))
+        start, end = backend.event(), backend.event()
+        backend.record(start)
+        launcher(*module.device_args(on_dev), stream=backend.stream())
+        backend.record(end)
+        entry = backend.dev.launches[-1]
+        assert entry["clock"] == "modelled" and entry["modelled_us"] > 0
+        assert backend.elapsed_ms(start, end) == pytest.approx(entry["modelled_us"] / 1000, rel=1e-6)
+    finally:
+        backend.dev.set_clock("zero")

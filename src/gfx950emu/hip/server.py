@@ -21,7 +21,9 @@ Events: the device keeps one clock, in one of three modes (:attr:`Device.clock`)
 * ``"launch-count"``: each kernel launch advances it by exactly 1 us, so an elapsed time counts the
   launches between two events (for checking a harness's launch counts, not a time);
 * ``"modelled"``: each launch advances it by the timing model's kernel time (needs a gfx950emu whose
-  ``launch`` takes ``timing=True``).
+  ``launch`` takes ``timing=True``).  The timing model executes only its sample of workgroups and no
+  hazard checker, so buffers then hold only the sampled workgroups' writes: a clock for timing
+  harnesses, not for verification.
 
 Graph capture: between :meth:`Device.begin_capture` and :meth:`Device.end_capture` launches are
 recorded (function, grid, block, a copy of the argument bytes) instead of run, as HIP stream capture
@@ -483,8 +485,8 @@ class Device:
         args, pointers = self._launch_args(prog, user, raw)
         from .. import launch
         kw = {"hazards": self.hazards, "processes": self.processes, "lds_bytes": shmem}
-        if self.timing:
-            kw["timing"] = True
+        if self.timing:     # the timing model runs its sample of workgroups, without the hazard checker
+            kw.update(timing=True, hazards="off")
         res = launch(prog, grid=grid, block=block, args=args, **kw)
         entry = {"kernel": prog.name, "grid": list(grid), "block": list(block), "dynamic_lds": shmem,
                  "pointers": pointers,
@@ -493,7 +495,8 @@ class Device:
         timing = getattr(res, "timing", None)
         if self.clock == "modelled" and timing:
             us = float(timing["kernel"]["us"])
-            entry["modelled_us"] = us
+            entry.update(modelled_us=us, outputs="sampled workgroups only (timing model)",
+                         sampled_workgroups=timing.get("sampled_workgroups"))
             self.clock_us += us
         elif self.clock == "launch-count":
             self.clock_us += 1.0
