@@ -36,8 +36,8 @@ from . import paths, toolchain
 _NEEDS = "--backend emulated-device needs FlyDSL, torch, a C compiler (for the HIP shim) and gfx950 LLVM tools"
 
 
-class EmulatedDeviceError(RuntimeError):
-    """The emulated device could not be set up or a HIP call failed (message says which)."""
+class EmulatedDeviceError(ValueError):
+    """The emulated device could not be set up or a HIP call failed (one line says which)."""
 
 
 def _env() -> None:
@@ -53,11 +53,13 @@ def _env() -> None:
 def prepare(hazards: str = "report", timing: bool = False, processes: int = 1, clock: str | None = None):
     """Set FlyDSL's environment and load the emulated HIP runtime; returns the gfx950emu.hip Device."""
     import gfx950emu.hip as hip
+    from gfx950emu.codeobject import CodeObjectError, find_llvm_tools
 
     try:
+        find_llvm_tools()        # the code-object loader behind hipModuleGetFunction
         _env()
         return hip.load(hazards=hazards, timing=timing, processes=processes, clock=clock)
-    except (hip.ShimBuildError, hip.HipError, toolchain.ToolchainError) as err:
+    except (hip.ShimBuildError, hip.HipError, toolchain.ToolchainError, CodeObjectError) as err:
         raise EmulatedDeviceError(f"{_NEEDS}: {err}") from None
 
 
