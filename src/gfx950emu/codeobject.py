@@ -21,6 +21,8 @@ count, which includes VCC and the other reserved SGPRs) and ``.amdhsa_reserve_vc
 ``.amdhsa_next_free_vgpr`` is the metadata's ``.vgpr_count`` (else the granulated count).  The
 emulator uses neither.
 
+``python -m gfx950emu.codeobject FILE.co [-o FILE.s]`` writes that text (``--list``: the kernel names).
+
 Tools are looked for in this order: ``$GFX950EMU_LLVM_BIN``, ``$ROCM_PATH/llvm/bin``,
 ``/opt/rocm/llvm/bin``, ``/usr/lib/llvm-NN/bin`` (NN >= 20, newest first), ``llvm-objdump-NN`` /
 ``llvm-readelf-NN`` on ``PATH`` (NN >= 20), then plain ``llvm-objdump`` on ``PATH`` if it is
@@ -510,3 +512,32 @@ def load_code_object(data_or_path, kernel: str | None = None):
     """
     from .machine import load
     return load(code_object_to_isa(data_or_path), kernel=kernel)
+
+
+def main(argv=None) -> int:
+    """``python -m gfx950emu.codeobject FILE.co [--list] [-o FILE.s]``: a code object's kernels as .s text."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m gfx950emu.codeobject", description=main.__doc__)
+    ap.add_argument("code_object")
+    ap.add_argument("--list", action="store_true", help="print the kernel names only")
+    ap.add_argument("-o", "--output", help="write the .s here instead of stdout")
+    ns = ap.parse_args(argv)
+    try:
+        if ns.list:
+            print("\n".join(kernel_names(ns.code_object)))
+            return 0
+        text = code_object_to_isa(ns.code_object)
+    except CodeObjectError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if ns.output:
+        Path(ns.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -274,3 +274,13 @@ def test_hand_written_style_code_object_without_symbol_size(tmp_path):
     out = np.zeros(64, np.uint32)
     gfx950emu.launch(prog, grid=1, block=64, args=[out, 3], hazards="strict")
     assert np.array_equal(out, np.arange(64) * 3)
+
+
+def test_command_line_writes_the_isa_and_lists_kernels(tmp_path, capsys):
+    co = assemble(LOOP, tmp_path)
+    assert codeobject.main([str(co), "--list"]) == 0 and capsys.readouterr().out.split() == ["loop"]
+    out = tmp_path / "loop.s"
+    assert codeobject.main([str(co), "-o", str(out)]) == 0
+    assert gfx950emu.load(out.read_text()).name == "loop"
+    assert codeobject.main([str(tmp_path / "nothing.co")]) == 2
+    assert "cannot read code object" in capsys.readouterr().err
