@@ -25,9 +25,13 @@ when it is on (``timing=True``); both are labelled by ``clock`` and are never me
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import sys
+import tempfile
 import time
+import weakref
 from typing import Any, Callable
 
 from . import paths, toolchain
@@ -88,6 +92,46 @@ def _nbytes(t) -> int:
     return t.untyped_storage().nbytes()
 
 
+#: device pointer -> the finalizer that frees it (when its tensor dies, or in to_host)
+_OWNED: dict = {}
+
+
+def _free(ptr: int) -> None:
+    _OWNED.pop(ptr, None)
+    lib = __import__("gfx950emu.hip", fromlist=["library"]).library()
+    if lib is not None:
+        lib.hipFree(ctypes.c_void_p(ptr))
+
+
+@contextlib.contextmanager
+def _quiet():
+    """FlyDSL's in-process compile and runtime print to the C-level stdout/stderr; keep it, show it on failure."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile(mode="w+") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield log
+        except BaseException:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[1], 2)
+            log.seek(0)
+            text = log.read().strip()
+            if text:
+                print(f"--- FlyDSL output (tail) ---\n{text[-2000:]}", file=sys.stderr)
+            raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
 def to_device(inputs: dict) -> dict:
     """Copy every torch tensor of ``inputs`` into emulated device memory (``hipMalloc`` + ``hipMemcpy``);
     other values pass through.  A tensor keeps its shape, strides and storage offset."""
@@ -108,8 +152,8 @@ def to_device(inputs: dict) -> dict:
         _call("hipMalloc", ctypes.byref(ptr), ctypes.c_size_t(n))
         _call("hipMemcpy", ptr, ctypes.c_void_p(value.untyped_storage().data_ptr()), ctypes.c_size_t(n), 1)
         raw = torch.frombuffer((ctypes.c_uint8 * n).from_address(ptr.value), dtype=torch.uint8)
-        typed = raw.view(value.dtype) if value.element_size() > 1 or value.dtype != torch.uint8 else raw
-        out[key] = typed.as_strided(value.shape, value.stride(), value.storage_offset())
+        out[key] = raw.view(value.dtype).as_strided(value.shape, value.stride(), value.storage_offset())
+        _OWNED[ptr.value] = weakref.finalize(out[key], _free, ptr.value)
     return out
 
 
@@ -127,30 +171,37 @@ def to_host(on_device: dict, like: dict) -> dict:
         host = torch.empty(n, dtype=torch.uint8)
         base = value.untyped_storage().data_ptr()
         _call("hipMemcpy", ctypes.c_void_p(host.data_ptr()), ctypes.c_void_p(base), ctypes.c_size_t(n), 2)
-        _call("hipFree", ctypes.c_void_p(base))
-        typed = host.view(orig.dtype) if orig.dtype != torch.uint8 else host
-        out[key] = typed.as_strided(orig.shape, orig.stride(), orig.storage_offset())
+        fin = _OWNED.pop(base, None)
+        if fin is not None:
+            fin()
+        out[key] = host.view(orig.dtype).as_strided(orig.shape, orig.stride(), orig.storage_offset())
     return out
 
 
 def run(build: Callable[[], Any], inputs: dict, device_args: Callable[[dict], tuple], *,
-        hazards: str = "report", processes: int = 1, timing: bool = False) -> dict[str, Any]:
+        hazards: str = "report", processes: int = 1, timing: bool = False, **launch_options) -> dict[str, Any]:
     """Run one launcher on the emulated device: ``build()`` -> FlyDSL launcher, ``device_args(on_device)``
     -> its arguments.  Returns ``inputs`` (every tensor copied back to the host), ``seconds`` (wall time
     of the launcher call, compile included: not a kernel time), ``hazards`` (count over the launches),
-    ``hazard_reports``, ``launches`` (the device's log: kernel, grid, block, emulator seconds, clock)."""
+    ``hazard_reports``, ``launches`` (the device's log: kernel, grid, block, emulator seconds, clock).
+    ``launch_options`` go to every :func:`gfx950emu.launch` (e.g. ``delivery=``, ``wave_order=``)."""
     dev = prepare(hazards=hazards, timing=timing, processes=processes)
     dev.reset_log()
-    launcher = build()
-    on_device = to_device(inputs)
+    dev.launch_options = dict(launch_options)
     try:
-        start = time.perf_counter()
-        launcher(*device_args(on_device))
-        _call("hipDeviceSynchronize")
-        seconds = time.perf_counter() - start
-        failed = list(dev.errors)
+        launcher = build()
+        on_device = to_device(inputs)
+        try:
+            start = time.perf_counter()
+            with _quiet():
+                launcher(*device_args(on_device))
+            _call("hipDeviceSynchronize")
+            seconds = time.perf_counter() - start
+            failed = list(dev.errors)
+        finally:
+            host = to_host(on_device, inputs)
     finally:
-        host = to_host(on_device, inputs)
+        dev.launch_options = {}
     if failed:
         e = failed[0]
         raise EmulatedDeviceError(f"{e['call']} failed on the emulated device ({e['error']}): {e['message']}")
@@ -218,15 +269,25 @@ class EmulatedBackend:
         _call("hipEventCreate", ctypes.byref(ev))
         return ev
 
+    def _check(self):
+        """Launches fail inside FlyDSL's launcher, which only prints; raise the first failure here."""
+        if self.dev.errors:
+            e = self.dev.errors[0]
+            self.dev.errors.clear()
+            raise EmulatedDeviceError(f"{e['call']} failed on the emulated device ({e['error']}): {e['message']}")
+
     def record(self, ev):
+        self._check()
         _call("hipEventRecord", ev, ctypes.c_void_p(self._stream.cuda_stream))
 
     def elapsed_ms(self, start, end) -> float:
+        self._check()
         ms = ctypes.c_float()
         _call("hipEventElapsedTime", ctypes.byref(ms), start, end)
         return float(ms.value)
 
     def synchronize(self):
+        self._check()
         _call("hipDeviceSynchronize")
 
     def capture(self, fn):
@@ -238,7 +299,12 @@ class EmulatedBackend:
         return graph
 
     def replay(self, graph):
-        self.dev.replay(graph)
+        try:
+            self.dev.replay(graph)
+        except Exception as err:
+            raise EmulatedDeviceError(f"a replayed launch failed on the emulated device: {type(err).__name__}: "
+                                      f"{str(err).splitlines()[0] if str(err) else ''}") from None
+        self._check()
 
     def empty_cache(self):
         pass

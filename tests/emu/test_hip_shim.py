@@ -172,6 +172,13 @@ def test_load_and_launch_a_code_object_both_argument_conventions(hip, tmp_path):
     assert lib.hipModuleUnload(mod) == 0 and lib.hipModuleLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, None, params, None) == 98
     lib.hipFree(da)
     lib.hipFree(db)
+    # launching on freed memory is named as such
+    vals = [C.c_void_p(da.value), C.c_void_p(db.value), C.c_void_p(da.value + 4), C.c_int(1)]
+    params = (C.c_void_p * 4)(*[C.addressof(v) for v in vals])
+    lib2, dev2, mod2, fn2 = _vadd_module(hip, tmp_path)
+    assert lib.hipModuleLaunchKernel(fn2, 1, 1, 1, 64, 1, 1, 0, None, params, None) == 1
+    assert "use after free" in dev.errors[-1]["message"]
+    lib.hipModuleUnload(mod2)
     dev.reset_log()
 
 

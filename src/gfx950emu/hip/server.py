@@ -132,9 +132,11 @@ class Device:
         self.clock = "zero"
         self.set_timing(timing)
         self._capture = None
+        self.launch_options = {}       # extra gfx950emu.launch keywords (delivery=, wave_order=, ...)
         self._lock = threading.RLock()
         self.allocations = {}          # base -> (size, keep-alive numpy array)
         self.registered = {}           # base -> size (host memory made visible to kernels)
+        self.freed = []                # (base, end) of the last hipFree'd allocations, for diagnostics
         self._starts, self._regions = [], []
         self.modules, self.functions, self.streams, self.events = {}, {}, {0}, {}
         self._next = 0x1000
@@ -263,6 +265,7 @@ class Device:
             return
         if ptr not in self.allocations:
             raise HipError(INVALID_VALUE, f"hipFree(0x{ptr:x}): not an address hipMalloc returned")
+        self.freed = (self.freed + [(ptr, ptr + self.allocations[ptr][0])])[-4096:]
         del self.allocations[ptr]
         self._reindex()
 
@@ -484,7 +487,7 @@ class Device:
         user = [a for a in prog.args if not str(a.get(".value_kind", "")).startswith("hidden_")]
         args, pointers = self._launch_args(prog, user, raw)
         from .. import launch
-        kw = {"hazards": self.hazards, "processes": self.processes, "lds_bytes": shmem}
+        kw = {"hazards": self.hazards, "processes": self.processes, "lds_bytes": shmem, **self.launch_options}
         if self.timing:     # the timing model runs its sample of workgroups, without the hazard checker
             kw.update(timing=True, hazards="off")
         res = launch(prog, grid=grid, block=block, args=args, **kw)
@@ -555,6 +558,11 @@ class Device:
         args = []
         for k, (a, b) in enumerate(zip(user, raw)):
             what = f"{prog.name} argument {k} ({a.get('.name') or a.get('.value_kind')})"
+            if len(b) == 8 and k not in ptrs:
+                v = int.from_bytes(b, "little")
+                if any(lo <= v < hi for lo, hi in self.freed):
+                    raise HipError(INVALID_VALUE, f"{what} = 0x{v:x} points into memory already released with "
+                                                  "hipFree (use after free)")
             if k not in ptrs:
                 if a.get(".value_kind") == "global_buffer":
                     args.append(None)                   # a NULL pointer
@@ -565,6 +573,9 @@ class Device:
                 continue
             p = ptrs[k]
             r = self.region(p)
+            if r is None and any(lo <= p < hi for lo, hi in self.freed):
+                raise HipError(INVALID_VALUE, f"{what} = 0x{p:x} points into memory already released with "
+                                              "hipFree (use after free)")
             if r is None:
                 raise HipError(INVALID_VALUE, f"{what} = 0x{p:x} points into no memory from hipMalloc or "
                                               "hipHostRegister (a host pointer the device cannot see?)")

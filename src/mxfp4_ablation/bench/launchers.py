@@ -73,14 +73,17 @@ def kernel_case(ctx, mod, shape: tuple, switches: frozenset):
     first_args, first = on_device(ctx.seed * 1000)
     set_bytes = sum(v.nbytes for v in first.values() if isinstance(v, torch.Tensor))
     rot = ctx.rotation(set_bytes)
-    sets = [first_args] + [on_device(ctx.seed * 1000 + i)[0] for i in range(1, rot.n_sets)]
+    # Keep every set's tensors alive, not only its launcher arguments: an ABI that passes data_ptr()
+    # integers (int64_abi) would otherwise launch on freed (and reused) device memory.
+    made = [(first_args, first)] + [on_device(ctx.seed * 1000 + i) for i in range(1, rot.n_sets)]
+    sets = [args for args, _ in made]
 
     def launch(i: int):
         launcher(*sets[i], stream=stream())
 
     return Case(name=f"{mod.__name__.rsplit('.', 1)[-1]}_{'x'.join(map(str, shape))}", launch=launch, rotation=rot,
                 flops=float(mod.flops(**params)), bytes_moved=float(set_bytes),
-                meta={**params, "switches": sorted(switches)}, release=sets.clear)
+                meta={**params, "switches": sorted(switches)}, release=lambda: (sets.clear(), made.clear()))
 
 
 def launcher_for(name: str, shape: tuple[int, ...]) -> Callable:
