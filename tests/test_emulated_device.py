@@ -96,7 +96,8 @@ def test_bench_harness_device_plumbing_through_the_emulated_device():
     """The harness's own device path -- launcher_for -> kernel_case (FlyDSL build, input sets moved to
     the device, launches on a stream), events and graph capture/replay, rotation sets -- on the
     emulated device.  Its clock counts launches (1 us each): every "time" here is a launch count,
-    not a measurement, and the provenance says mode=emulated, clock=launch-count."""
+    not a measurement, and the provenance says mode=emulated, clock=launch-count.  Arm B (moe1-v2) passes
+    data_ptr() integers (int64_abi): its input sets' tensors must stay alive for the whole run."""
     _require_stack()
     from gfx950emu import hip
 
