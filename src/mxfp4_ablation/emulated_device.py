@@ -246,6 +246,7 @@ class EmulatedBackend:
             raise EmulatedDeviceError(f"the emulated machine has one device (0), not {index}")
         self.index = index
         self.dev = prepare(hazards=hazards, clock="modelled" if timing else "launch-count")
+        self.dev.reset_log()
         self.clock = self.dev.clock
         handle = ctypes.c_void_p()
         _call("hipStreamCreate", ctypes.byref(handle))
