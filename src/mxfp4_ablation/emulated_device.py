@@ -35,13 +35,18 @@ import weakref
 from typing import Any, Callable
 
 from . import paths, toolchain
+from .errors import UsageError
 
 #: What a missing piece looks like to the user (one line each).
 _NEEDS = "--backend emulated-device needs FlyDSL, torch, a C compiler (for the HIP shim) and gfx950 LLVM tools"
 
 
-class EmulatedDeviceError(ValueError):
-    """The emulated device could not be set up or a HIP call failed (one line says which)."""
+class EmulatedDeviceError(RuntimeError):
+    """A HIP call on the emulated device failed (one line says which): a kernel or launcher problem."""
+
+
+class EmulatedDeviceUnavailable(UsageError):
+    """This machine cannot run the emulated device (no C compiler, LLVM tools, linker...): one line says what."""
 
 
 def _env() -> None:
@@ -64,7 +69,7 @@ def prepare(hazards: str = "report", timing: bool = False, processes: int = 1, c
         _env()
         return hip.load(hazards=hazards, timing=timing, processes=processes, clock=clock)
     except (hip.ShimBuildError, hip.HipError, toolchain.ToolchainError, CodeObjectError) as err:
-        raise EmulatedDeviceError(f"{_NEEDS}: {err}") from None
+        raise EmulatedDeviceUnavailable(f"{_NEEDS}: {err}") from None
 
 
 def _lib():
@@ -311,4 +316,17 @@ class EmulatedBackend:
         pass
 
 
-__all__ = ["EmulatedBackend", "EmulatedDeviceError", "prepare", "run", "to_device", "to_host"]
+def run_variant(variant, module, params: dict, inputs: dict, opts: dict, call_with_switches) -> dict[str, Any]:
+    """``runner.RUNNERS["emulated-device"]``: run a variant the way ``--backend device`` does, leave its
+    buffers in ``inputs``; ``opts`` are the runner's launch options (``hazards``, ``processes``,
+    ``delivery``/``wave_order``/``seed``)."""
+    opts = dict(opts)
+    hazards, processes = opts.pop("hazards", "report"), opts.pop("processes", 1)
+    run_ = run(lambda: module.build(**params), inputs,
+               lambda on_dev: call_with_switches(module.device_args, on_dev, variant.switches),
+               hazards=hazards, processes=processes, **opts)
+    inputs.update(run_.pop("inputs"))
+    return run_
+
+
+__all__ = ["EmulatedBackend", "EmulatedDeviceError", "EmulatedDeviceUnavailable", "prepare", "run", "run_variant", "to_device", "to_host"]

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from .. import isa, paths, plots, provenance, results, toolchain, variants
+from .. import family, isa, metrics, paths, plots, provenance, results, toolchain, variants
 from ..figures import figure
 
 FAMILY = "gemm"
@@ -65,14 +65,7 @@ SUMMARY_RUN = "summary"
 #: What each switch should do to the ISA, as ``(metric, "down" | "up")``; taken from the switch
 #: docstrings in ``kernels/gemm.py`` (the seed's claims). Metric names are :func:`study_metrics` keys.
 EXPECTATIONS: dict[str, tuple[tuple[str, str], ...]] = {
-    "agpr_acc": (("v_accvgpr_write", "down"), ("arch_vgpr", "down")),
-    "serpentine": (("mfma_operand_reuse", "up"),),
-    "g2s_m0": (("loop_s_mov_b32_m0", "down"), ("loop_s_add_u32_m0", "up"), ("loop_v_add_u32", "down")),
-    "scale_prefetch": (("loop_buffer_load_dword", "down"), ("loop_ds_read_b32", "up")),
-    "b_carry": (("loop_s_waitcnt_per_4k", "down"),),
-    "wide_epilogue": (("buffer_store_2B", "down"), ("buffer_store_16B", "up")),
-    "static_prologue": (("insts_before_first_buffer_load", "down"), ("int_div_idiom", "down")),
-}
+    s.name: tuple((e.metric, e.direction) for e in s.expects) for s in family.get(FAMILY).switches.values()}
 
 #: Metrics the ladder figure and README table show (in this order), with short labels.
 KEY_METRICS = (
@@ -156,7 +149,7 @@ def switch_doc(switch: str) -> str:
     docs = getattr(_kernel_module(), "SWITCHES", {})
     if switch not in docs:
         raise StudyError(f"unknown GEMM switch {switch!r} (known: {', '.join(docs)})")
-    return " ".join(str(docs[switch]).split())
+    return " ".join(docs[switch].doc.split())
 
 
 def _doc_parts(doc: str) -> dict[str, str]:
@@ -205,47 +198,8 @@ def _writes_m0(inst, opcode: str) -> bool:
     return inst.opcode == opcode and bool(inst.operands) and inst.operands[0] == "m0"
 
 
-def study_metrics(isa_text: Any) -> dict[str, float | None]:
-    """:func:`isa.metrics`' scalar metrics plus the counts the GEMM switches are judged by.
-
-    Added keys: ``buffer_store_2B`` / ``buffer_store_16B`` (stores by bytes per lane);
-    ``v_accvgpr_mov``; ``v_permlane16_swap``; ``int_div_idiom`` (``v_rcp_iflag_f32`` +
-    ``v_rcp_f32`` + ``v_cvt_f32_u32``, any encoding: LLVM's expansion of an unsigned integer
-    division through a float reciprocal); ``mfma_operand_reuse`` (hot loop); ``loop_k_steps``
-    (hot-loop MFMAs / 128); ``loop_s_waitcnt_per_4k`` (the PR's unit); and counts in the hot loop:
-    ``loop_buffer_load_dword``, ``loop_ds_read_b32`` (every ``ds_read*`` moving 32-bit elements,
-    ``ds_read2st64_b32`` included), ``loop_v_readfirstlane``, ``loop_v_add_u32``,
-    ``loop_s_mov_b32_m0`` / ``loop_s_add_u32_m0`` (writes of m0). Loop keys are None when the
-    kernel has no loop.
-    """
-    m = isa.metrics(isa_text)
-    out: dict[str, float | None] = {k: m[k] for k in isa.SCALAR_KEYS}
-    widths = {int(k): v for k, v in (m.get("buffer_store_by_width") or {}).items()}
-    hist = m.get("opcode_histogram") or {}
-    out["buffer_store_2B"] = widths.get(2, 0)
-    out["buffer_store_16B"] = widths.get(16, 0)
-    out["v_accvgpr_mov"] = sum(c for op, c in hist.items() if op.startswith("v_accvgpr_mov"))
-    out["v_permlane16_swap"] = sum(c for op, c in hist.items() if op.startswith("v_permlane16_swap"))
-    div_ops = ("v_rcp_iflag_f32", "v_rcp_f32", "v_cvt_f32_u32")
-    out["int_div_idiom"] = sum(c for op, c in hist.items() if op.startswith(div_ops))
-    body = isa.hot_loop(isa_text)
-    out["mfma_operand_reuse"] = isa.mfma_operand_reuse(isa_text, loop_only=True)
-    loop_mfma = m.get("loop_mfma")
-    k_steps = loop_mfma / MFMA_PER_K_STEP if loop_mfma else None
-    out["loop_k_steps"] = k_steps
-    out["loop_s_waitcnt_per_4k"] = (m["loop_s_waitcnt"] * 4 / k_steps) if k_steps else None
-    if body is None:
-        for key in ("loop_buffer_load_dword", "loop_ds_read_b32", "loop_v_readfirstlane", "loop_v_add_u32",
-                    "loop_s_mov_b32_m0", "loop_s_add_u32_m0"):
-            out[key] = None
-    else:
-        out["loop_buffer_load_dword"] = _count(body, lambda i: i.opcode == "buffer_load_dword")
-        out["loop_ds_read_b32"] = _count(body, lambda i: i.opcode.startswith("ds_read") and i.opcode.endswith("_b32"))
-        out["loop_v_readfirstlane"] = _count(body, lambda i: i.opcode.startswith("v_readfirstlane"))
-        out["loop_v_add_u32"] = _count(body, lambda i: i.opcode.startswith("v_add_u32"))
-        out["loop_s_mov_b32_m0"] = _count(body, lambda i: _writes_m0(i, "s_mov_b32"))
-        out["loop_s_add_u32_m0"] = _count(body, lambda i: _writes_m0(i, "s_add_u32"))
-    return out
+#: The GEMM metric set (moved to :mod:`mxfp4_ablation.metrics`).
+study_metrics = metrics.gemm_metrics
 
 
 def _shape_text(shape: Sequence[int]) -> str:
@@ -316,9 +270,7 @@ def metric_wide(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def _moved(before: float, after: float, direction: str) -> bool:
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (before, after)):
-        return False
-    return after < before if direction == "down" else after > before
+    return family.Expect("metric", direction).holds(before, after)
 
 
 def expectation_table(metrics: pd.DataFrame) -> pd.DataFrame:

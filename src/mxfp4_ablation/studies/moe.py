@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .. import isa, paths, plots, provenance, results, toolchain, variants
+from .. import family, isa, metrics, paths, plots, provenance, results, toolchain, variants
 from ..figures import figure
 from . import gemm as G
 
@@ -58,17 +58,8 @@ SUMMARY_TABLES = {k: f"moe_{k}.parquet" for k in ("ladder", "expectations", "cor
 #: docstrings in ``kernels/moe_gemm1.py`` / ``kernels/moe_gemm2.py`` (the seed's claims). Metric names
 #: are :func:`study_metrics` keys.
 EXPECTATIONS: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
-    "moe1": {
-        "int64_abi": (("kernarg_bytes", "down"), ("s_load", "down")),
-        "exp2": (("epi_v_ldexp_f32", "down"), ("epi_v_cndmask", "down"), ("epi_valu", "down")),
-    },
-    "moe2": {
-        "int64_abi": (("kernarg_bytes", "down"), ("s_load", "down")),
-        "unsigned_div": (("sign_shifts", "down"), ("s_mul_hi_i32", "down"), ("instructions", "down")),
-        "backend_waitcnt": (("loop_s_waitcnt", "down"), ("loop_instructions", "down")),
-        "epilogue_strength_reduction": (("v_mad_u64_u32", "down"), ("epilogue_instructions", "down")),
-    },
-}
+    f: {s.name: tuple((e.metric, e.direction) for e in s.expects) for s in family.get(f).switches.values()}
+    for f in GEMMS}
 
 #: Metrics the summary's ladder figure shows, with short labels (every switch's intended ones).
 KEY_METRICS = (
@@ -146,7 +137,7 @@ def switch_doc(family: str, switch: str) -> str:
     docs = getattr(importlib.import_module(variants.KERNEL_MODULES[family]), "SWITCHES", {})
     if switch not in docs:
         raise StudyError(f"unknown {GEMMS.get(family, family)} switch {switch!r} (known: {', '.join(docs)})")
-    return " ".join(str(docs[switch]).split())
+    return " ".join(docs[switch].doc.split())
 
 
 def intro_markdown(variant: str, baseline: str | None = None) -> str:
@@ -178,38 +169,8 @@ def intro_markdown(variant: str, baseline: str | None = None) -> str:
 # ============================================================================ static metrics
 
 
-def study_metrics(isa_text: Any) -> dict[str, float | None]:
-    """:func:`isa.metrics`' scalar metrics plus the counts the MoE switches are judged by.
-
-    From ``moe_gemm1.switch_metrics`` (over the whole kernel): ``kernarg_bytes``,
-    ``kernarg_entries``, ``s_load``, ``s_load_dwords``, ``kernel_valu``; and, renamed with an
-    ``epi_`` prefix because they count the epilogue only (after the K loop): ``epi_v_exp_f32``,
-    ``epi_v_ldexp_f32``, ``epi_v_cndmask``, ``epi_v_cmp``, ``epi_valu``. Added for gemm2:
-    ``sign_shifts`` (``s_ashr_i32`` + ``v_ashrrev_i32``), ``s_mul_hi_i32``, ``s_mul_hi_u32``,
-    ``v_mad_u64_u32``, ``asm_s_waitcnt`` (waits written as inline asm) and
-    ``epilogue_instructions`` (instructions after the last MFMA).
-    """
-    from ..kernels import moe_gemm1
-
-    m = isa.metrics(isa_text)
-    out: dict[str, float | None] = {k: m[k] for k in isa.SCALAR_KEYS}
-    for key, value in moe_gemm1.switch_metrics(isa_text).items():
-        epilogue = key.startswith("v_") or key == "valu"
-        out[f"epi_{key}" if epilogue else key] = value
-    hist = m.get("opcode_histogram") or {}
-
-    def count(*prefixes: str) -> int:
-        return sum(c for op, c in hist.items() if op.startswith(prefixes))
-
-    out["sign_shifts"] = count("s_ashr_i32", "v_ashrrev_i32")
-    out["s_mul_hi_i32"] = count("s_mul_hi_i32")
-    out["s_mul_hi_u32"] = count("s_mul_hi_u32")
-    out["v_mad_u64_u32"] = count("v_mad_u64_u32")
-    insts = isa.parse(getattr(isa_text, "isa", isa_text))[0].instructions
-    out["asm_s_waitcnt"] = sum(1 for i in insts if i.opcode == "s_waitcnt" and i.in_asm_block)
-    mfma_at = [n for n, i in enumerate(insts) if i.opcode.startswith("v_mfma")]
-    out["epilogue_instructions"] = len(insts) - mfma_at[-1] - 1 if mfma_at else None
-    return out
+#: The MoE metric set (moved to :mod:`mxfp4_ablation.metrics`).
+study_metrics = metrics.moe_metrics
 
 
 def case_text(case: Sequence[int]) -> str:
