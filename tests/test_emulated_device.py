@@ -116,6 +116,7 @@ def test_bench_harness_device_plumbing_through_the_emulated_device():
     assert len(trials) == 2 * 2 * 3                        # methods x arms x pairs
     # launch-count clock: each timed window holds exactly `launches` launches, warm-ups outside it
     assert trials["time_per_launch_us"].to_numpy() == pytest.approx(1.0, rel=1e-6)
+    assert (trials["time_source"] == "launch-count").all() and trials["tflops"].isna().all()   # no fake rates
     assert len(dev.launches) == len(trials) * (settings.launches + settings.warmup)
     assert all(entry["hazards"] == 0 and entry["clock"] == "launch-count" for entry in dev.launches)
     # rotation: enough sets to exceed 2x the cache, and launch after launch walks through them

@@ -72,6 +72,30 @@ def prepare(hazards: str = "report", timing: bool = False, processes: int = 1, c
         raise EmulatedDeviceUnavailable(f"{_NEEDS}: {err}") from None
 
 
+def describe() -> dict:
+    """What ``doctor`` prints about ``--backend emulated-device``: is each piece there (builds nothing)."""
+    from gfx950emu.codeobject import CodeObjectError, find_llvm_tools
+    from gfx950emu.hip import shim
+
+    os.environ.setdefault("GFX950EMU_CACHE", str(paths.cache_dir() / "gfx950emu"))   # as _env() sets it
+    out: dict[str, Any] = {}
+    try:
+        out["llvm_tools"] = find_llvm_tools().describe()
+    except CodeObjectError as err:
+        out["llvm_tools"] = None
+        out["problem"] = str(err)
+    if shim.library_path().is_file():
+        out["hip_shim"] = str(shim.library_path())
+    else:
+        try:
+            out["hip_shim"] = f"not built yet (will build with {shim.find_compiler()[0]})"
+        except shim.ShimBuildError as err:
+            out["hip_shim"] = None
+            out.setdefault("problem", str(err))
+    out["ok"] = "problem" not in out
+    return out
+
+
 def _lib():
     import gfx950emu.hip as hip
 

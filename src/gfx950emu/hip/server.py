@@ -561,8 +561,9 @@ class Device:
             if len(b) == 8 and k not in ptrs:
                 v = int.from_bytes(b, "little")
                 if any(lo <= v < hi for lo, hi in self.freed):
-                    raise HipError(INVALID_VALUE, f"{what} = 0x{v:x} points into memory already released with "
-                                                  "hipFree (use after free)")
+                    raise HipError(INVALID_VALUE, f"{what} = 0x{v:x} points into no memory from hipMalloc or "
+                                                  "hipHostRegister; it lies in memory released with hipFree "
+                                                  "(use after free?)")
             if k not in ptrs:
                 if a.get(".value_kind") == "global_buffer":
                     args.append(None)                   # a NULL pointer
@@ -573,12 +574,11 @@ class Device:
                 continue
             p = ptrs[k]
             r = self.region(p)
-            if r is None and any(lo <= p < hi for lo, hi in self.freed):
-                raise HipError(INVALID_VALUE, f"{what} = 0x{p:x} points into memory already released with "
-                                              "hipFree (use after free)")
             if r is None:
+                why = ("it lies in memory released with hipFree (use after free?)"
+                       if any(lo <= p < hi for lo, hi in self.freed) else "a host pointer the device cannot see?")
                 raise HipError(INVALID_VALUE, f"{what} = 0x{p:x} points into no memory from hipMalloc or "
-                                              "hipHostRegister (a host pointer the device cannot see?)")
+                                              f"hipHostRegister ({why})")
             same = [j for j, q in ptrs.items() if q == p and j != k]
             if same:
                 raise HipError(NOT_SUPPORTED, f"{what} and argument {same[0]} are the same pointer 0x{p:x}; the "

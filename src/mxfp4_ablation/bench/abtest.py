@@ -169,6 +169,9 @@ def measure(comparisons: Sequence[Comparison], settings: HarnessSettings, device
     cache = device_info.llc_bytes_for(facts["arch"], facts.get("l2_cache_bytes", 0),
                                       settings.cache_bytes)
     facts["cache_bytes_used"] = cache
+    # the emulated device's clock counts launches (no rates) or is modelled; torch/sim time for real
+    time_source = facts.get("clock", "events" if settings.backend == "torch" else "simulated")
+    rates = time_source != "launch-count"
     ctx = DeviceContext(backend, device_index, cache, settings.rotation_factor, seed)
     t0 = time.perf_counter()
     rows: list[dict] = []
@@ -207,9 +210,10 @@ def measure(comparisons: Sequence[Comparison], settings: HarnessSettings, device
                             elapsed_ms=ms,
                             time_per_launch_us=per_launch_s * 1e6,
                             flops=float(case.flops),
-                            tflops=case.flops / per_launch_s / 1e12 if case.flops else np.nan,
+                            time_source=time_source,
+                            tflops=case.flops / per_launch_s / 1e12 if case.flops and rates else np.nan,
                             bytes_moved=float(case.bytes_moved),
-                            gbps=case.bytes_moved / per_launch_s / 1e9 if case.bytes_moved
+                            gbps=case.bytes_moved / per_launch_s / 1e9 if case.bytes_moved and rates
                             else np.nan,
                             n_sets=case.n_sets, set_bytes=case.rotation.set_bytes,
                             cache_bytes=cache, t_s=time.perf_counter() - t0,
