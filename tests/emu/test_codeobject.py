@@ -284,3 +284,47 @@ def test_command_line_writes_the_isa_and_lists_kernels(tmp_path, capsys):
     assert gfx950emu.load(out.read_text()).name == "loop"
     assert codeobject.main([str(tmp_path / "nothing.co")]) == 2
     assert "cannot read code object" in capsys.readouterr().err
+
+
+def _reassembled_text_bytes(isa_text: str, name: str, tmp_path: Path) -> bytes:
+    """The kernel's instructions as code_object_to_isa wrote them, assembled again (.text bytes)."""
+    body, inside = ["\t.text"], False
+    for line in isa_text.splitlines():
+        if line == f"{name}:":
+            inside = True
+        elif line.startswith(".Lfunc_end"):
+            inside = False
+        elif inside:
+            body.append(line)
+    src, obj, raw = tmp_path / "rt.s", tmp_path / "rt.o", tmp_path / "rt.bin"
+    src.write_text("\n".join(body) + "\n")
+    bindir = os.path.dirname(_tools().objdump)
+    subprocess.run([os.path.join(bindir, "llvm-mc"), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx950", "-filetype=obj",
+                    str(src), "-o", str(obj)], check=True, capture_output=True)
+    objcopy = os.path.join(bindir, "llvm-objcopy")
+    if not os.access(objcopy, os.X_OK):
+        pytest.skip(f"no llvm-objcopy next to {_tools().objdump}")
+    subprocess.run([objcopy, "-O", "binary", "--only-section=.text", str(obj), str(raw)], check=True, capture_output=True)
+    return raw.read_bytes()
+
+
+def test_the_disassembly_loses_nothing_it_reassembles_to_the_same_bytes(tmp_path):
+    """Labels instead of offsets, no encodings: the text still pins every bit (FlyDSL's GEMM with its
+    runtime K loop when FlyDSL is here, else the hand-written loop kernel)."""
+    isa, name = LOOP, "loop"
+    if importlib.util.find_spec("flydsl") is not None:
+        from mxfp4_ablation import toolchain
+
+        try:
+            isa = toolchain.compile("mxfp4_ablation.kernels.gemm:compile_entry", {"M": 256, "N": 256, "K": 1536}).isa
+            name = "mxfp4_gemm_0"
+        except toolchain.ToolchainError:
+            pass
+    co = assemble(isa, tmp_path)
+    data = co.read_bytes()
+    text = gfx950emu.code_object_to_isa(data)
+    again = _reassembled_text_bytes(text, name, tmp_path)
+    elf = codeobject._Elf(data, str(co))
+    (k,) = [k for k in codeobject._kernels(elf, str(co)) if k.name == name]
+    assert len(again) == k.end - k.start
+    assert again == elf.read_vaddr(k.start, len(again))
