@@ -14,9 +14,10 @@ Depends on numpy only.  Module map: parser (text -> instructions, descriptor,
 metadata), decode/memops/kernel (instruction -> handler), machine (launch
 state, wave scheduling, processes), hazards (s_waitcnt checker), memory (flat
 address space, buffer descriptors, atomics), mfma / fpformats (matrix cores
-and narrow float formats).
+and narrow float formats), codeobject (a .co/.hsaco -> the same Program, through
+a gfx950 llvm-objdump/llvm-readelf), hip (an emulated HIP runtime: a
+libamdhip64.so.7 shim whose kernel launches run here).
 """
-from .codeobject import CodeObjectError, code_object_to_isa, load_code_object
 from .decode import DecodeError
 from .hazards import HazardError, HazardReport
 from .machine import Program, Result, Stats, launch, load
@@ -25,6 +26,15 @@ from .memory import MemoryFault
 from .parser import ParseError
 
 __all__ = [
-    "load", "load_code_object", "code_object_to_isa", "CodeObjectError", "launch", "Program", "Result", "Stats", "HazardReport", "HazardError",
+    "load", "launch", "Program", "Result", "Stats", "HazardReport", "HazardError",
     "DecodeError", "ParseError", "ExecError", "MemoryFault",
+    "load_code_object", "code_object_to_isa", "CodeObjectError",
 ]
+
+
+def __getattr__(name):
+    # the code-object loader is imported on first use (so ``python -m gfx950emu.codeobject`` runs clean)
+    if name in ("load_code_object", "code_object_to_isa", "CodeObjectError"):
+        from . import codeobject
+        return getattr(codeobject, name)
+    raise AttributeError(f"module 'gfx950emu' has no attribute {name!r}")
