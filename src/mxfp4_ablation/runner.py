@@ -174,7 +174,7 @@ RUNNERS = {"emulator": _run_emulator, "device": _run_device, "emulated-device": 
 
 def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulator", seed: int = 0,
            hazards: str = "report", processes: int = 1, delivery: str = "issue",
-           wave_order: str = "forward") -> dict[str, Any]:
+           wave_order: str = "forward", delivery_seed: int = 0) -> dict[str, Any]:
     """Run ``variant_name`` at ``shape`` and compare every declared output with the reference.
 
     Returns a JSON-ready dict: ``passed`` (every output passed and no hazards), ``outputs`` (name ->
@@ -182,9 +182,9 @@ def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulato
     for compatibility the primary (first declared) output's ``cosine``, ``max_abs_err``,
     ``max_rel_err`` and ``mismatches`` at top level; ``hazards`` (count), ``hazard_reports`` (first
     few, as text), ``backend``, ``variant``, ``shape``, ``seed``, ``seconds`` (backend time) and, on
-    the emulator, ``compile_seconds``. ``delivery`` / ``wave_order`` pick the emulator's load
-    delivery and wave scheduling order (passed to :func:`gfx950emu.launch` when not the defaults;
-    ``seed`` seeds their random modes too) and are recorded in the result.
+    the emulator, ``compile_seconds``. ``delivery`` / ``wave_order`` / ``delivery_seed`` pick the
+    emulator's load delivery and wave scheduling order (:func:`gfx950emu.launch`; passed on only when
+    not the defaults) and are recorded in the result.
     """
     _check_backend(backend)
     variant = variants.get(variant_name)
@@ -196,10 +196,10 @@ def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulato
     inputs = module.make_inputs(**shape_kw, seed=seed)
     expected = module.reference(inputs)
     result: dict[str, Any] = {"variant": variant.name, "shape": list(shape), "seed": seed, "backend": backend,
-                              "delivery": delivery, "wave_order": wave_order}
+                              "delivery": delivery, "wave_order": wave_order, "delivery_seed": delivery_seed}
     opts: dict[str, Any] = {"hazards": hazards, "processes": processes}
     if (delivery, wave_order) != ("issue", "forward"):
-        opts.update(delivery=delivery, wave_order=wave_order, seed=seed)
+        opts.update(delivery=delivery, wave_order=wave_order, seed=delivery_seed)
     result.update(RUNNERS[backend](variant, module, params, shape_kw, inputs, opts))
     outputs = compare_outputs(fam, inputs, expected)
     primary = outputs[fam.outputs[0].name]
