@@ -161,14 +161,15 @@ def _run_device(variant, module, params, shape_kw, inputs, opts) -> dict[str, An
     return {"seconds": seconds, "hazards": 0, "hazard_reports": []}
 
 
-#: Backend name -> ``run(variant, module, params, shape_kw, inputs, opts) -> dict`` that runs the kernel,
-#: leaves its outputs in ``inputs`` and returns ``seconds``, ``hazards``, ``hazard_reports`` (+ extras).
 def _run_emulated_device(variant, module, params, shape_kw, inputs, opts) -> dict[str, Any]:
+    """The device path on the gfx950emu HIP runtime (see :mod:`.emulated_device`)."""
     from . import emulated_device
 
     return emulated_device.run_variant(variant, module, params, inputs, opts, _call_with_switches)
 
 
+#: Backend name -> ``run(variant, module, params, shape_kw, inputs, opts) -> dict`` that runs the kernel,
+#: leaves its outputs in ``inputs`` and returns ``seconds``, ``hazards``, ``hazard_reports`` (+ extras).
 RUNNERS = {"emulator": _run_emulator, "device": _run_device, "emulated-device": _run_emulated_device}
 
 
