@@ -84,6 +84,9 @@ def test_verify_cli_path_passes_on_the_emulated_device():
     result = runner.verify("gemm-v7", SHAPES["gemm"], backend="emulated-device", seed=3)
     assert result["passed"] and result["hazards"] == 0 and result["backend"] == "emulated-device"
     assert result["launches"][0]["kernel"].startswith("mxfp4_gemm")
+    calls = result["hip_calls"]       # FlyDSL's own launch path: its module load, lookup and launch
+    assert calls["hipModuleLaunchKernel"] == 1 and calls["hipModuleGetFunction"] >= 1
+    assert calls["hipMalloc"] == calls["hipFree"] and calls["hipMemcpy"] == 2 * calls["hipMalloc"]
 
 
 def test_unknown_backend_is_one_clear_error():

@@ -212,7 +212,8 @@ def run(build: Callable[[], Any], inputs: dict, device_args: Callable[[dict], tu
     """Run one launcher on the emulated device: ``build()`` -> FlyDSL launcher, ``device_args(on_device)``
     -> its arguments.  Returns ``inputs`` (every tensor copied back to the host), ``seconds`` (wall time
     of the launcher call, compile included: not a kernel time), ``hazards`` (count over the launches),
-    ``hazard_reports``, ``launches`` (the device's log: kernel, grid, block, emulator seconds, clock).
+    ``hazard_reports``, ``launches`` (the device's log: kernel, grid, block, emulator seconds, clock),
+    ``hip_calls`` (HIP function -> calls, this run).
     ``launch_options`` go to every :func:`gfx950emu.launch` (e.g. ``delivery=``, ``wave_order=``)."""
     dev = prepare(hazards=hazards, timing=timing, processes=processes)
     dev.reset_log()
@@ -243,6 +244,7 @@ def run(build: Callable[[], Any], inputs: dict, device_args: Callable[[dict], tu
         "hazards": sum(launch["hazards"] for launch in dev.launches),
         "hazard_reports": reports[:5],
         "launches": [dict(launch) for launch in dev.launches],
+        "hip_calls": dict(sorted(dev.calls.items())),     # evidence of the path: which HIP calls ran, how often
     }
 
 
