@@ -14,9 +14,7 @@ Depends on numpy only.  Module map: parser (text -> instructions, descriptor,
 metadata), decode/memops/kernel (instruction -> handler), machine (launch
 state, wave scheduling, processes), hazards (s_waitcnt checker), memory (flat
 address space, buffer descriptors, atomics), mfma / fpformats (matrix cores
-and narrow float formats), codeobject (a .co/.hsaco -> the same Program, through
-a gfx950 llvm-objdump/llvm-readelf), hip (an emulated HIP runtime: a
-libamdhip64.so.7 shim whose kernel launches run here).
+and narrow float formats).
 """
 from .decode import DecodeError
 from .hazards import HazardError, HazardReport
