@@ -5,6 +5,7 @@ It executes the ``.s`` text LLVM writes for a kernel (FlyDSL's
 that every use of memory results is covered by an ``s_waitcnt``.
 
     prog = gfx950emu.load(isa_text)                 # parse + pre-decode once
+    prog = gfx950emu.load_code_object("k.co")       # or a .co/.hsaco (needs gfx950 llvm-objdump)
     res = gfx950emu.launch(prog, grid=(4, 1, 1), block=(256, 1, 1),
                            args=[a, b, c, 128], hazards="report")
     res.hazards, res.stats.by_opcode, res.seconds
@@ -25,4 +26,13 @@ from .parser import ParseError
 __all__ = [
     "load", "launch", "Program", "Result", "Stats", "HazardReport", "HazardError",
     "DecodeError", "ParseError", "ExecError", "MemoryFault",
+    "load_code_object", "code_object_to_isa", "CodeObjectError",
 ]
+
+
+def __getattr__(name):
+    # the code-object loader is imported on first use (so ``python -m gfx950emu.codeobject`` runs clean)
+    if name in ("load_code_object", "code_object_to_isa", "CodeObjectError"):
+        from . import codeobject
+        return getattr(codeobject, name)
+    raise AttributeError(f"module 'gfx950emu' has no attribute {name!r}")

@@ -6,6 +6,8 @@ Backends:
               hazard checker, compare with the reference. Works on any machine.
 ``device``    run on a visible gfx950 GPU through FlyDSL's own launcher and compare. Needs an MI355X
               (refused with one clear line anywhere else).
+``emulated-device``  the device path (``build`` + ``device_args`` + FlyDSL's launcher) with the GPU
+              replaced by gfx950emu behind an emulated HIP runtime (:mod:`.emulated_device`).
 
 The kernel module of a variant's family implements :class:`mxfp4_ablation.family.KernelFamily`
 (``make_inputs``, ``reference`` -> one tensor per declared output, ``kernel_args``, ``launch_config``,
@@ -28,7 +30,7 @@ from .errors import UsageError
 #: The gate's cosine for outputs that declare no ``min_cosine`` of their own, and the historical
 #: single-output gate (kept for callers that read it).
 COSINE_MIN = 0.99999
-BACKENDS = ("emulator", "device")  # each has a RUNNERS entry
+BACKENDS = ("emulator", "device", "emulated-device")  # each has a RUNNERS entry
 
 
 def emulator_args(entries: list) -> list:
@@ -159,9 +161,16 @@ def _run_device(variant, module, params, shape_kw, inputs, opts) -> dict[str, An
     return {"seconds": seconds, "hazards": 0, "hazard_reports": []}
 
 
+def _run_emulated_device(variant, module, params, shape_kw, inputs, opts) -> dict[str, Any]:
+    """The device path on the gfx950emu HIP runtime (see :mod:`.emulated_device`)."""
+    from . import emulated_device
+
+    return emulated_device.run_variant(variant, module, params, inputs, opts, _call_with_switches)
+
+
 #: Backend name -> ``run(variant, module, params, shape_kw, inputs, opts) -> dict`` that runs the kernel,
 #: leaves its outputs in ``inputs`` and returns ``seconds``, ``hazards``, ``hazard_reports`` (+ extras).
-RUNNERS = {"emulator": _run_emulator, "device": _run_device}
+RUNNERS = {"emulator": _run_emulator, "device": _run_device, "emulated-device": _run_emulated_device}
 
 
 def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulator", seed: int = 0,

@@ -80,7 +80,7 @@ class HarnessSettings:
     cluster_min: int = 3             # processes needed for the process-clustered CI
     rotation_factor: float = DEFAULT_FACTOR
     cache_bytes: int | None = None   # override the device's last-level cache size
-    backend: str = "torch"           # "torch" (CUDA/HIP) or "sim" (CPU tests)
+    backend: str = "torch"           # "torch" (CUDA/HIP), "sim" (CPU tests) or "emulated" (gfx950emu HIP)
     progress: bool = True
     lock_timeout_s: float = 3600.0
 
@@ -109,8 +109,8 @@ class HarnessSettings:
             problems.append(f"rotation_factor must be > 0 (got {self.rotation_factor})")
         if self.cache_bytes is not None and self.cache_bytes < 0:
             problems.append(f"cache_bytes must be >= 0 (got {self.cache_bytes})")
-        if self.backend not in ("torch", "sim"):
-            problems.append(f"backend must be torch or sim (got {self.backend!r})")
+        if self.backend not in ("torch", "sim", "emulated"):
+            problems.append(f"backend must be torch, sim or emulated (got {self.backend!r})")
         if problems:
             raise BenchError("; ".join(problems))
         return self
@@ -162,11 +162,16 @@ def measure(comparisons: Sequence[Comparison], settings: HarnessSettings, device
     backend = make_backend(settings.backend, device_index, seed=seed)
     if settings.backend == "torch":
         facts = device_info.probe(device_index)
+    elif settings.backend == "emulated":
+        facts = backend.facts()
     else:
         facts = _sim_facts(device_index)
     cache = device_info.llc_bytes_for(facts["arch"], facts.get("l2_cache_bytes", 0),
                                       settings.cache_bytes)
     facts["cache_bytes_used"] = cache
+    # the emulated device's clock counts launches (no rates) or is modelled; torch/sim time for real
+    time_source = facts.get("clock", "events" if settings.backend == "torch" else "simulated")
+    rates = time_source != "launch-count"
     ctx = DeviceContext(backend, device_index, cache, settings.rotation_factor, seed)
     t0 = time.perf_counter()
     rows: list[dict] = []
@@ -205,9 +210,10 @@ def measure(comparisons: Sequence[Comparison], settings: HarnessSettings, device
                             elapsed_ms=ms,
                             time_per_launch_us=per_launch_s * 1e6,
                             flops=float(case.flops),
-                            tflops=case.flops / per_launch_s / 1e12 if case.flops else np.nan,
+                            time_source=time_source,
+                            tflops=case.flops / per_launch_s / 1e12 if case.flops and rates else np.nan,
                             bytes_moved=float(case.bytes_moved),
-                            gbps=case.bytes_moved / per_launch_s / 1e9 if case.bytes_moved
+                            gbps=case.bytes_moved / per_launch_s / 1e9 if case.bytes_moved and rates
                             else np.nan,
                             n_sets=case.n_sets, set_bytes=case.rotation.set_bytes,
                             cache_bytes=cache, t_s=time.perf_counter() - t0,
@@ -290,7 +296,7 @@ def run_comparisons(comparisons: Sequence[Comparison], settings: HarnessSettings
                         settings.noise_floor, cluster_min=settings.cluster_min)
     facts = outs[0]["device"]
     prov = bench_provenance(
-        mode=mode if settings.backend == "torch" else "simulated",
+        mode=mode if settings.backend == "torch" else {"emulated": "emulated"}.get(settings.backend, "simulated"),
         settings=settings, comparisons=comparisons, device=facts,
         telemetry_before=before, telemetry_after=after,
         processes=[{"process": o["process"], "pid": o["pid"], "log": o["log"]} for o in outs],

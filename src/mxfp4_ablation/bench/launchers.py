@@ -50,7 +50,8 @@ def kernel_case(ctx, mod, shape: tuple, switches: frozenset):
     Compiles the variant with FlyDSL's JIT, makes enough input sets (``make_inputs`` with distinct
     seeds) that their bytes exceed the last-level cache, moves their tensors to the device and
     launches on torch's current stream, so graph capture records the launches. ``flops(**shape)``
-    counts the useful work of one launch. Unverified here: it needs an MI355X.
+    counts the useful work of one launch. Off-device it runs on the ``emulated`` backend (the backend's
+    ``to_device`` / ``stream`` replace torch's); timing it needs an MI355X.
     """
     import torch
 
@@ -61,22 +62,28 @@ def kernel_case(ctx, mod, shape: tuple, switches: frozenset):
     params = dict(zip(names, shape))
     launcher = mod.build(**params, **{name: True for name in sorted(switches)})
 
+    to_device = getattr(ctx.backend, "to_device", None) or (lambda t: t.to(ctx.device))
+    stream = getattr(ctx.backend, "stream", None) or torch.cuda.current_stream
+
     def on_device(seed: int) -> tuple:
         inputs = mod.make_inputs(**params, seed=seed)
-        moved = {k: (v.to(ctx.device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+        moved = {k: (to_device(v) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
         return _call_with_switches(mod.device_args, moved, switches), moved
 
     first_args, first = on_device(ctx.seed * 1000)
     set_bytes = sum(v.nbytes for v in first.values() if isinstance(v, torch.Tensor))
     rot = ctx.rotation(set_bytes)
-    sets = [first_args] + [on_device(ctx.seed * 1000 + i)[0] for i in range(1, rot.n_sets)]
+    # Keep every set's tensors alive, not only its launcher arguments: an ABI that passes data_ptr()
+    # integers (int64_abi) would otherwise launch on freed (and reused) device memory.
+    made = [(first_args, first)] + [on_device(ctx.seed * 1000 + i) for i in range(1, rot.n_sets)]
+    sets = [args for args, _ in made]
 
     def launch(i: int):
-        launcher(*sets[i], stream=torch.cuda.current_stream())
+        launcher(*sets[i], stream=stream())
 
     return Case(name=f"{mod.__name__.rsplit('.', 1)[-1]}_{'x'.join(map(str, shape))}", launch=launch, rotation=rot,
                 flops=float(mod.flops(**params)), bytes_moved=float(set_bytes),
-                meta={**params, "switches": sorted(switches)}, release=sets.clear)
+                meta={**params, "switches": sorted(switches)}, release=lambda: (sets.clear(), made.clear()))
 
 
 def launcher_for(name: str, shape: tuple[int, ...]) -> Callable:

@@ -61,6 +61,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "mode": mode,
         "mode_reason": reason,
     }
+    from .. import emulated_device  # --backend emulated-device: FlyDSL's launcher on the gfx950emu HIP shim
+    data["emulated_device"] = emulated_device.describe()
     emit(args, data)
     return 0 if data["ld_lld"]["ok"] else 2
 

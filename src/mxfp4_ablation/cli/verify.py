@@ -40,7 +40,7 @@ def register(sub) -> None:
     p.add_argument("--shape", required=True,
                    help="the family's shape numbers (M,N,K or tokens,experts,hidden,inter,topk[,block_m]) or a "
                    "name from experiments/shapes.toml")
-    p.add_argument("--backend", choices=("emulator", "device"), default="emulator")
+    p.add_argument("--backend", choices=("emulator", "device", "emulated-device"), default="emulator")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--processes", type=int, default=1, help="emulator worker processes (workgroups in parallel)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
