@@ -57,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 _INF = np.int64(1 << 62)
+_RANDOM_DELAY = 40      # delivery="random": an op lands 0..39 instructions after issue (or when a wait forces it)
 _SNAMES = {106: "vcc_lo", 107: "vcc_hi", 124: "m0", 126: "exec_lo", 127: "exec_hi"}
 
 
@@ -87,11 +88,12 @@ class HazardError(RuntimeError):
 
 
 class _Op:
-    __slots__ = ("id", "counter", "wave", "line", "vregs", "sregs", "exec", "lds", "dma")
+    __slots__ = ("id", "counter", "wave", "line", "vregs", "sregs", "exec", "lds", "dma", "land", "due")
 
-    def __init__(self, oid, counter, wave, line, vregs, sregs, ex, lds, dma):
+    def __init__(self, oid, counter, wave, line, vregs, sregs, ex, lds, dma, land=None, due=0):
         self.id, self.counter, self.wave, self.line = oid, counter, wave, line
         self.vregs, self.sregs, self.exec, self.lds, self.dma = vregs, sregs, ex, lds, dma
+        self.land, self.due = land, due     # deferred delivery: the write still to do, when it may land
 
 
 class _WaveQ:
@@ -111,8 +113,9 @@ class HazardTracker:
 
     MAX_REPORTS = 10000
 
-    def __init__(self, mode: str, lds_bytes: int, workgroup=(0, 0, 0), acc_offset: int = 256):
+    def __init__(self, mode: str, lds_bytes: int, workgroup=(0, 0, 0), acc_offset: int = 256, rng=None):
         self.mode = mode
+        self.rng = rng          # delivery="random": a random.Random that draws each op's landing time
         self.wg = tuple(workgroup)
         self.acc = acc_offset
         self.reports = []
@@ -125,6 +128,8 @@ class HazardTracker:
         self.lds_wr_line = np.zeros(n, dtype=np.int64)
         self.q = {}
         self._next = 1
+        self.lds_size = lds_bytes
+        self._outside = set()
         self._stash = None
         self._cur = None
 
@@ -206,7 +211,10 @@ class HazardTracker:
         lds = None
         if stash is not None:
             lds = stash[0] if len(stash) == 1 else np.concatenate(stash)
-        op = _Op(self._next, counter, w.id, d.line, vregs, sregs, ex, lds, dma)
+        op = _Op(self._next, counter, w.id, d.line, vregs, sregs, ex, lds, dma, w.land)
+        w.land = None
+        if self.rng is not None and op.land is not None:
+            op.due = w.executed + self.rng.randrange(_RANDOM_DELAY)
         self._next += 1
         if lds is not None and lds.size:
             self.lds_pend[lds] = op.id
@@ -287,6 +295,9 @@ class HazardTracker:
 
     # ---------------------------------------------------------- retire ---
     def _retire(self, w, q, op):
+        if op.land is not None:
+            f, op.land = op.land, None
+            f(w)
         for r in op.vregs:
             if q.vpend.get(r) is op:
                 del q.vpend[r]
@@ -312,3 +323,60 @@ class HazardTracker:
 
     def endpgm(self, w):
         self.wait(w, 0, 0)
+
+    def land_due(self, w):
+        """delivery="random": land the deferred ops whose drawn time has come -- in issue order
+        within vmcnt and within the DS ops, in any order for scalar loads.  They stay pending for the
+        checker (the program has not waited for them)."""
+        q = self.q.get(w.id)
+        if q is None:
+            return
+        now = w.executed
+        for dq in (q.vm, q.ds):
+            for op in dq:
+                if op.land is None:
+                    continue
+                if op.due > now:
+                    break
+                f, op.land = op.land, None
+                f(w)
+        for op in q.smem:
+            if op.land is not None and op.due <= now:
+                f, op.land = op.land, None
+                f(w)
+
+
+class EventLog:
+    """Per-workgroup record of accesses that hardware resolves silently, on whatever the hazard mode:
+
+    * an LDS access outside the kernel's allocation (hardware drops the write and reads 0; a
+      foreign kernel launched without its dynamic LDS size would otherwise return zeros quietly)
+      is a ``lds_outside`` report, once per (line, wave);
+    * out-of-range buffer lanes (loads read 0, stores/atomics dropped -- legal, but a user wants to
+      see that a kernel relied on the range check) are counted per (opcode, line) for ``res.stats``.
+    """
+
+    def __init__(self, mode: str, lds_bytes: int, workgroup=(0, 0, 0)):
+        self.mode = mode
+        self.lds_size = lds_bytes
+        self.wg = tuple(workgroup)
+        self.reports = []
+        self.out_of_range = {}
+        self._seen = set()
+
+    def lds_outside(self, w, byte_idx, what, line, opcode):
+        b = np.asarray(byte_idx).reshape(-1)
+        if not b.size or (line, w.id) in self._seen:
+            return
+        self._seen.add((line, w.id))
+        r = HazardReport("lds_outside", line, w.id, (), None, (int(b.min()), int(b.max())),
+                         f"{opcode} {what} of LDS bytes {int(b.min())}..{int(b.max())}, outside the kernel's "
+                         f"{self.lds_size}-byte LDS allocation (hardware drops such writes and reads 0; pass the "
+                         f"dynamic LDS size with launch(..., lds_bytes=N))", self.wg)
+        self.reports.append(r)
+        if self.mode == "strict":
+            raise HazardError(r)
+
+    def buffer_oob(self, opcode, line, lanes):
+        key = (opcode, line)
+        self.out_of_range[key] = self.out_of_range.get(key, 0) + int(lanes)

@@ -87,17 +87,41 @@ def _dst_rows(data: np.ndarray, kind: str, old_row=None):
 
 def _deliver(w, lanes, data, nbytes: int, di: int, how: str, lds_dma) -> None:
     """Hand loaded bytes to their destination: the VGPRs from ``di`` on, or -- for an LDS-DMA load
-    (``lds_dma = (inst_offset, lane_stride)``) -- LDS at M0 + inst_offset + lane * lane_stride, with M0
-    read now, at issue (LLVM AMDGPUUsage, "AMDGPU DMA Operations")."""
+    (``lds_dma = (inst_offset, lane_stride, line, opcode)``) -- LDS at M0 + inst_offset + lane * lane_stride, with M0
+    read now, at issue (LLVM AMDGPUUsage, "AMDGPU DMA Operations").
+
+    This is the one delivery path of buffer, global and scratch loads: with ``w.defer`` set (delivery
+    "late"/"random") the write is handed to the hazard tracker as ``w.land``, a closure it runs when
+    the op completes (an ``s_waitcnt`` or the end of the wave forces it, or a random legal moment)."""
     if lds_dma is not None:
-        inst_off, lane_stride = lds_dma
+        inst_off, lane_stride = lds_dma[0], lds_dma[1]
         m0 = w.s[124] & 0x3FFFF
         laddr = m0 + inst_off + lanes.astype(np.int64) * lane_stride
         lidx = laddr[:, None] + _AR4[nbytes][None, :]
         inr = (lidx < w.lds.size).all(axis=1)
-        w.lds[lidx[inr]] = data[inr]
         if w.hz is not None:
             w.hz.note_lds_write(w, lidx[inr], lanes[inr], nbytes)
+        if not inr.all():
+            w.log.lds_outside(w, lidx[~inr], "LDS-DMA write", lds_dma[2], lds_dma[3])
+        if w.defer:
+            w.land = lambda w_, i=lidx[inr], b=data[inr]: _lds_put(w_, i, b)
+        else:
+            w.lds[lidx[inr]] = data[inr]
+        return
+    if w.defer:
+        w.land = lambda w_: _vgpr_put(w_, lanes, data, di, how)
+        return
+    _vgpr_put(w, lanes, data, di, how)
+
+
+def _lds_put(w, idx, data):
+    w.lds[idx] = data
+
+
+def _vgpr_put(w, lanes, data, di, how):
+    """Write loaded bytes [L, n] into the destination VGPRs (d16 forms merge with the register now)."""
+    if how == "d" and lanes.size == 64:
+        w.v[di:di + data.shape[1] // 4] = np.ascontiguousarray(data).view("<u4").T
         return
     rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
     for k, r in enumerate(rows):
@@ -162,11 +186,18 @@ def build_smem(ins, ctx, name):
                 addrs = np.array([vs["base"] + base_off + 4 * k for k in ok], dtype=np.uint64)
                 idx = w.mem.offsets(addrs, 4, line)
                 vals[ok] = w.mem.heap[idx].view("<u4")[:, 0]
-        for k in range(n):
-            w.s[di + k] = int(vals[k])
-        if di <= 127 < di + n or di <= 126 < di + n:
-            w.sync_exec()
+        if w.defer:
+            w.land = lambda w_, v=[int(x) for x in vals]: _sgpr_put(w_, di, v)
+            return
+        _sgpr_put(w, di, [int(x) for x in vals])
     return h
+
+
+def _sgpr_put(w, di, vals):
+    n = len(vals)
+    w.s[di:di + n] = vals
+    if di <= 127 < di + n or di <= 126 < di + n:
+        w.sync_exec()
 
 
 # ----------------------------------------------------------------- MUBUF ----
@@ -273,7 +304,7 @@ def build_buffer(ins, ctx, name, hz_info):
                 data[good] = np.where(bok[good], w.mem.heap[idx], 0)
             else:
                 data = np.zeros((lanes.size, nbytes), dtype=np.uint8)
-            _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride) if lds_mode else None)
+            _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride, line, name) if lds_mode else None)
     elif kind == "store":
         def h(w):
             lanes = w.active
@@ -303,10 +334,22 @@ def build_buffer(ins, ctx, name, hz_info):
                 idx = w.mem.offsets(addr[good], nbytes, line)
                 old[good] = w.mem.atomic(op, idx, vals[good], nbytes)
             if ret:
-                o32 = old.view("<u4").reshape(lanes.size, -1)
-                for k in range(o32.shape[1]):
-                    w.v[di + k, lanes] = o32[:, k]
+                _ret_put(w, di, lanes, old)
     return h, kind, ret, lds_mode, di, ndw, ai, o
+
+
+def _ret_put(w, di, lanes, old):
+    """The pre-op values an atomic returns (now, or when it completes under deferred delivery)."""
+    o32 = old.view("<u4").reshape(lanes.size, -1)
+    if w.defer:
+        w.land = lambda w_: _ret_commit(w_, di, lanes, o32)
+    else:
+        _ret_commit(w, di, lanes, o32)
+
+
+def _ret_commit(w, di, lanes, o32):
+    for k in range(o32.shape[1]):
+        w.v[di + k, lanes] = o32[:, k]
 
 
 # ---------------------------------------------------------------- global ----
@@ -376,7 +419,7 @@ def build_global(ins, ctx, name, hz_info):
             if lanes.size == 0:
                 return
             data = w.mem.gather(w.mem.starts(address(w, lanes), nbytes, line), nbytes)
-            _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride) if lds_mode else None)
+            _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride, line, name) if lds_mode else None)
     elif kind == "store":
         def h(w):
             lanes = w.active
@@ -393,9 +436,7 @@ def build_global(ins, ctx, name, hz_info):
             vals = vals.view("<u8")[:, 0] if nbytes == 8 else vals[:, 0]
             old = w.mem.atomic(op, idx, vals, nbytes)
             if ret:
-                o32 = old.view("<u4").reshape(lanes.size, -1)
-                for k in range(o32.shape[1]):
-                    w.v[ri + k, lanes] = o32[:, k]
+                _ret_put(w, ri, lanes, old)
     return h, kind, ret, lds_mode, (ri if kind == "atomic" and ret else di), ai, saddr, si
 
 
@@ -412,8 +453,8 @@ _DS_ATOMIC = {"add_u32": "add", "sub_u32": "sub", "and_b32": "and", "or_b32": "o
               "pk_add_bf16": "pk_add_bf16", "pk_add_f16": "pk_add_f16"}
 
 
-def _lds_read(w, addr, nbytes, lanes):
-    """Gather [L, nbytes] from LDS for byte addresses addr (int64 [L]); OOB reads 0."""
+def _lds_read(w, addr, nbytes, line=0, name="ds_read"):
+    """Gather [L, nbytes] from LDS for byte addresses addr (int64 [L]); OOB reads 0 (and is logged)."""
     size = w.lds.size
     if nbytes % 4 == 0 and not (addr & 3).any() and addr.size and addr.max() + nbytes <= size:
         dw = w.lds32[(addr >> 2)[:, None] + _AR4[nbytes // 4][None, :]]
@@ -422,18 +463,36 @@ def _lds_read(w, addr, nbytes, lanes):
     ok = (idx >= 0) & (idx < size)
     out = np.zeros(idx.shape, dtype=np.uint8)
     out[ok] = w.lds[idx[ok]]
+    if not ok.all():
+        w.log.lds_outside(w, idx[~ok], "read", line, name)
     return out
 
 
-def _lds_write(w, addr, data):
-    nbytes = data.shape[1]
+def _lds_index(w, addr, nbytes, what, line, name):
+    """(byte indices [L, nbytes], in-range mask or None when all in range) of an LDS access; an access
+    outside the kernel's allocation is logged (hardware drops such writes and reads 0)."""
     idx = addr[:, None] + _AR4[nbytes][None, :]
-    ok = (idx >= 0) & (idx < w.lds.size)
-    if ok.all():
+    if idx.size and (int(addr.min()) < 0 or int(addr.max()) + nbytes > w.lds.size):
+        ok = (idx >= 0) & (idx < w.lds.size)
+        w.log.lds_outside(w, idx[~ok], what, line, name)
+        return idx, ok
+    return idx, None
+
+
+def _lds_write_at(w, idx, ok, data):
+    if ok is None:
         w.lds[idx] = data
     else:
         w.lds[idx[ok]] = data[ok]
-    return idx[ok.all(axis=1)]
+
+
+def _later(w, fn):
+    """Run ``fn(w)`` now (delivery "issue") or hand it to the hazard tracker to run when the DS op
+    completes: DS ops complete in order, so a deferred DS op reads and writes LDS at completion."""
+    if w.defer:
+        w.land = fn
+    else:
+        fn(w)
 
 
 def build_ds(ins, ctx, name, hz_info):
@@ -458,15 +517,12 @@ def build_ds(ins, ctx, name, hz_info):
         def h(w):
             lanes = w.active
             a = addr_of(w, ai, lanes, off)
-            data = _lds_read(w, a, nbytes, lanes)
             if w.hz is not None:
                 w.hz.check_lds_read(w, a, nbytes, lanes, line)
-            if how == "d" and lanes.size == 64:
-                w.v[di:di + nbytes // 4] = np.ascontiguousarray(data).view("<u4").T
+            if w.defer:
+                w.land = lambda w_: _vgpr_put(w_, lanes, _lds_read(w_, a, nbytes, line, name), di, how)
                 return
-            rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
-            for k, r in enumerate(rows):
-                w.v[di + k, lanes] = r
+            _vgpr_put(w, lanes, _lds_read(w, a, nbytes, line, name), di, how)
         return h, "read", di, (nbytes + 3) // 4, [ai]
     if rest.startswith(("read2_", "read2st64_")) and rest.split("_", 1)[1] in ("b32", "b64"):
         st = 64 if rest.startswith("read2st64") else 1
@@ -478,14 +534,16 @@ def build_ds(ins, ctx, name, hz_info):
         def h(w):
             lanes = w.active
             base = addr_of(w, ai, lanes, 0)
-            for k, oo in enumerate((o0, o1)):
-                a = base + oo
-                data = _lds_read(w, a, esz, lanes)
-                if w.hz is not None:
-                    w.hz.check_lds_read(w, a, esz, lanes, line)
-                dw = np.ascontiguousarray(data).view("<u4")
-                for j in range(nd):
-                    w.v[di + k * nd + j, lanes] = dw[:, j]
+            if w.hz is not None:
+                for oo in (o0, o1):
+                    w.hz.check_lds_read(w, base + oo, esz, lanes, line)
+
+            def land(w_):
+                for k, oo in enumerate((o0, o1)):
+                    dw = np.ascontiguousarray(_lds_read(w_, base + oo, esz, line, name)).view("<u4")
+                    for j in range(nd):
+                        w_.v[di + k * nd + j, lanes] = dw[:, j]
+            _later(w, land)
         return h, "read", di, 2 * nd, [ai]
     if rest.startswith("write_") and rest[6:] in _DS_WRITE:
         nbytes, shift = _DS_WRITE[rest[6:]]
@@ -494,9 +552,14 @@ def build_ds(ins, ctx, name, hz_info):
         def h(w):
             lanes = w.active
             a = addr_of(w, ai, lanes, off)
-            idx = _lds_write(w, a, _src_bytes(w, si, nbytes, shift, lanes))
+            data = _src_bytes(w, si, nbytes, shift, lanes)
+            idx, ok = _lds_index(w, a, nbytes, "write", line, name)
             if w.hz is not None:
-                w.hz.note_lds_write(w, idx, lanes, nbytes)
+                w.hz.note_lds_write(w, idx if ok is None else idx[ok.all(axis=1)], lanes, nbytes)
+            if w.defer:
+                w.land = lambda w_: _lds_write_at(w_, idx, ok, data)
+            else:
+                _lds_write_at(w, idx, ok, data)
         return h, "write", None, 0, [ai] + [si + k for k in range((nbytes + 3) // 4)]
     if rest.startswith(("write2_", "write2st64_")) and rest.split("_", 1)[1] in ("b32", "b64"):
         st = 64 if rest.startswith("write2st64") else 1
@@ -507,10 +570,17 @@ def build_ds(ins, ctx, name, hz_info):
         def h(w):
             lanes = w.active
             base = addr_of(w, ai, lanes, 0)
+            parts = []
             for si_, oo in ((s0, o0), (s1, o1)):
-                idx = _lds_write(w, base + oo, _src_bytes(w, si_, esz, 0, lanes))
+                idx, ok = _lds_index(w, base + oo, esz, "write", line, name)
                 if w.hz is not None:
-                    w.hz.note_lds_write(w, idx, lanes, esz)
+                    w.hz.note_lds_write(w, idx if ok is None else idx[ok.all(axis=1)], lanes, esz)
+                parts.append((idx, ok, _src_bytes(w, si_, esz, 0, lanes)))
+
+            def land(w_):
+                for idx, ok, data in parts:
+                    _lds_write_at(w_, idx, ok, data)
+            _later(w, land)
         return h, "write", None, 0, [ai] + [s + k for s in (s0, s1) for k in range(esz // 4)]
     if rest in ("bpermute_b32", "permute_b32"):
         di, ai, si = ctx.vidx(o[0]), ctx.vidx(o[1]), ctx.vidx(o[2])
@@ -525,7 +595,11 @@ def build_ds(ins, ctx, name, hz_info):
                 res = np.zeros(64, dtype=U32)
                 act = np.flatnonzero(w.exec_mask)
                 res[sel[act]] = data[act]
-            write_v(w, di, res)
+            if w.defer:
+                ex, full = w.exec_mask, w.exec_full
+                w.land = lambda w_: _vrow_put(w_, di, res, ex, full)
+            else:
+                write_v(w, di, res)
         return h, "read", di, 1, [ai, si]
     atom_name = rest.replace("_rtn", "") if "_rtn_" in rest else rest
     if atom_name in _DS_ATOMIC:
@@ -535,22 +609,36 @@ def build_ds(ins, ctx, name, hz_info):
             ri, ai, si = ctx.vidx(o[0]), ctx.vidx(o[1]), ctx.vidx(o[2])
         else:
             ri, ai, si = None, ctx.vidx(o[0]), ctx.vidx(o[1])
+
         def h(w):
             lanes = w.active
             a = addr_of(w, ai, lanes, off)
             ok = (a >= 0) & (a + 4 <= w.lds.size)
             idx = a[ok][:, None] + _AR4[4][None, :]
-            old = np.zeros(lanes.size, dtype=U32)
-            if ok.any():
-                if w.hz is not None:
+            vals = w.v[si][lanes][ok]
+            if not ok.all():
+                _lds_index(w, a, 4, "atomic", line, name)
+            if w.hz is not None:
+                if ok.any():
                     w.hz.check_lds_read(w, a[ok], 4, lanes[ok], line)
-                old[ok] = apply_atomic(w.lds, op, idx, w.v[si][lanes][ok], 4)
-                if w.hz is not None:
                     w.hz.note_lds_write(w, idx, lanes[ok], 4)
-            if ret:
-                w.v[ri, lanes] = old
+
+            def land(w_):
+                old = np.zeros(lanes.size, dtype=U32)
+                if ok.any():
+                    old[ok] = apply_atomic(w_.lds, op, idx, vals, 4)
+                if ret:
+                    w_.v[ri, lanes] = old
+            _later(w, land)
         return h, ("read" if ret else "write"), ri, (1 if ret else 0), [ai, si]
     return None
+
+
+def _vrow_put(w, di, res, ex, full):
+    if full:
+        w.v[di] = res
+    else:
+        np.copyto(w.v[di], res, where=ex, casting="unsafe")
 
 
 # --------------------------------------------------------------- scratch ----
@@ -597,9 +685,7 @@ def build_scratch(ins, ctx, name):
         def h(w):
             lanes = w.active
             data = w.scratch[lanes[:, None], offsets(w, lanes)]
-            rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
-            for k, r in enumerate(rows):
-                w.v[di + k, lanes] = r
+            _deliver(w, lanes, data, nbytes, di, how, None)
         reads = {ai} if ai is not None else set()
         writes = set(range(di, di + (nbytes + 3) // 4))
     else:
