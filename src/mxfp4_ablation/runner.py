@@ -70,6 +70,21 @@ def _call_with_switches(func, inputs: dict, switches: frozenset):
     return func(inputs)
 
 
+def buffers_digest(inputs: dict) -> str:
+    """SHA-256 over the bytes of every tensor in ``inputs`` (name order): two runs wrote the same bits
+    into every buffer exactly when their digests agree."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(inputs):
+        value = inputs[name]
+        if hasattr(value, "detach"):
+            value = value.detach().contiguous().reshape(-1).view(__import__("torch").uint8).numpy()
+        if hasattr(value, "tobytes"):
+            h.update(name.encode() + b"\0" + value.tobytes())
+    return h.hexdigest()
+
+
 def _compare(out, ref) -> dict[str, Any]:
     stats = reference.compare(out, ref)
     return {
@@ -81,12 +96,15 @@ def _compare(out, ref) -> dict[str, Any]:
 
 
 def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulator", seed: int = 0,
-           hazards: str = "report", processes: int = 1) -> dict[str, Any]:
+           hazards: str = "report", processes: int = 1, delivery: str = "issue", wave_order: str = "forward",
+           delivery_seed: int = 0) -> dict[str, Any]:
     """Run ``variant_name`` at ``shape`` and compare it with the reference.
 
     Returns a JSON-ready dict: ``passed``, ``cosine``, ``max_abs_err``, ``max_rel_err``,
     ``mismatches``, ``hazards`` (count), ``hazard_reports`` (first few, as text), ``backend``,
     ``variant``, ``shape``, ``seed``, ``seconds`` (backend time), ``compile_seconds``.
+    ``delivery`` / ``wave_order`` / ``delivery_seed``: the emulator's load delivery and wave
+    scheduling (:func:`gfx950emu.launch`); a kernel that waits correctly gives the same bytes in all.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
@@ -113,7 +131,10 @@ def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulato
         program = gfx950emu.load(art.isa)
         start = time.perf_counter()
         run = gfx950emu.launch(program, grid=grid, block=block, args=_call_with_switches(module.kernel_args, inputs, variant.switches),
-                               hazards=hazards, processes=processes)
+                               hazards=hazards, processes=processes, delivery=delivery,
+                               wave_order=wave_order, seed=delivery_seed)
+        result.update(delivery=delivery, wave_order=wave_order, delivery_seed=delivery_seed,
+                      buffers_sha256=buffers_digest(inputs))
         result["seconds"] = round(time.perf_counter() - start, 3)
         result["compile_seconds"] = art.compile_seconds
         result["hazards"] = len(run.hazards)

@@ -10,14 +10,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from . import emit
 
     result = runner.verify(args.variant, variants.parse_shape(args.shape), backend=args.backend,
-                           seed=args.seed, hazards="report", processes=args.processes)
+                           seed=args.seed, hazards="report", processes=args.processes,
+                           delivery=args.delivery, wave_order=args.wave_order, delivery_seed=args.delivery_seed)
     text = (f"{'PASS' if result['passed'] else 'FAIL'} {result['variant']} {args.shape} "
-            f"backend={result['backend']} cosine={result['cosine']:.7f} max_abs_err={result['max_abs_err']:.4g} "
+            f"backend={result['backend']}{_modes(args)} cosine={result['cosine']:.7f} max_abs_err={result['max_abs_err']:.4g} "
             f"hazards={result['hazards']} ({result['seconds']} s)")
     for report in result["hazard_reports"]:
         text += f"\n  hazard: {report}"
     emit(args, result, text)
     return 0 if result["passed"] else 1
+
+
+def _modes(args) -> str:
+    if (args.delivery, args.wave_order) == ("issue", "forward"):
+        return ""
+    return f" delivery={args.delivery} wave-order={args.wave_order} delivery-seed={args.delivery_seed}"
 
 
 def register(sub) -> None:
@@ -28,5 +35,10 @@ def register(sub) -> None:
     p.add_argument("--backend", choices=("emulator", "device"), default="emulator")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--processes", type=int, default=1, help="emulator worker processes (workgroups in parallel)")
+    p.add_argument("--delivery", choices=("issue", "late", "random"), default="issue",
+                   help="emulator: when loads land (late: only when a wait forces it; random: seeded)")
+    p.add_argument("--wave-order", choices=("forward", "reverse", "random"), default="forward",
+                   help="emulator: wave scheduling order (random: seeded interleaving)")
+    p.add_argument("--delivery-seed", type=int, default=0, help="seed of the random delivery / wave order")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_verify)
