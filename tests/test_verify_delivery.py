@@ -32,3 +32,15 @@ def test_variant_is_bit_exact_under_late_and_random_delivery(name):
 
 def test_every_family_has_a_delivery_shape():
     assert {v.family for v in ALL.values()} <= set(SHAPES)
+
+
+def test_cli_verify_takes_the_delivery_options(capsys):
+    import json
+
+    from mxfp4_ablation.cli import main
+
+    code = main(["verify", "gemm-v0", "--shape", "256,256,1536", "--delivery", "late", "--wave-order", "reverse",
+                 "--delivery-seed", "5", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["passed"]
+    assert (out["delivery"], out["wave_order"], out["delivery_seed"]) == ("late", "reverse", 5)
