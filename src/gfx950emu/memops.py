@@ -5,9 +5,10 @@ Semantics ([ISA] = AMD CDNA3/CDNA4 ISA guide):
 * SMEM ([ISA] "Scalar Memory Operations"): address = base + offset with the
   low two bits ignored; ``s_buffer_load`` takes its base from a V# and returns
   0 for dwords at or beyond num_records.
-* MUBUF ([ISA] "Buffer Addressing", see memory.py): raw (stride 0) and
-  structured addressing, per-dword range check, soffset outside the check,
-  out-of-range loads read 0, out-of-range stores are dropped.
+* MUBUF ([ISA] "Buffer Addressing", see memory.py): raw and structured
+  addressing; soffset counts toward the range check, idxen with a stride
+  checks only the index, ADD_TID buffers are not checked; out-of-range loads
+  read 0, out-of-range stores are dropped, both counted in stats.out_of_range.
 * LDS DMA (``buffer_load_* ... lds``, ``global_load_lds_*``): each active
   lane's data goes to LDS at ``M0[17:0] + inst_offset + stride * lane`` with
   stride 4 for 1/2/4-byte loads and 16 for the gfx950 12/16-byte loads (LLVM
@@ -257,33 +258,35 @@ def build_buffer(ins, ctx, name, hz_info):
     hz_info["buffer"] = True
 
     def address(w, lanes):
+        """(addresses [L], in-range [L, ndw]) -- memory.py describes the range check."""
         vs = decode_vsharp(w.s[rsrc:rsrc + 4])
         if vs["swizzle_en"] or vs["cache_swizzle"]:
             raise ExecError(f"line {line}: swizzled buffer descriptors are not modelled")
         if offen:
-            off = w.v[ai + (1 if idxen else 0)][lanes].astype(np.int64) + inst_off
+            off = (w.v[ai + (1 if idxen else 0)][lanes].astype(np.int64) + inst_off) & M32
         else:
             off = np.full(len(lanes), inst_off, dtype=np.int64)
+        soff = gsoff(w) & M32
         stride = vs["stride"]
         nr = vs["num_records"]
-        base = vs["base"] + gsoff(w)
-        if stride == 0 and not idxen and not vs["add_tid"]:
+        off = off + soff                          # soffset counts toward the range
+        base = vs["base"]
+        if not idxen and not vs["add_tid"]:
             if int(off.max()) + nbytes <= nr:            # common case: everything in range
                 return (off + base).astype(U64), _ALL_OK[ndw][:len(lanes)]
             dw_end = off[:, None] + np.minimum(4 * (_AR4[ndw] + 1), nbytes)[None, :]
             ok = dw_end <= nr                                  # [L, ndw] per-dword check
             return (off + base).astype(U64), ok
         vidx = w.v[ai][lanes].astype(U64) if idxen else np.zeros(len(lanes), U64)
-        if vs["add_tid"]:
+        addr = U64(base) + off.astype(U64)
+        if vs["add_tid"]:                         # ADD_TID buffers are not range-checked
             vidx = vidx + lane_iota[lanes]
-        if stride == 0:
+            return addr + vidx * U64(stride), _ALL_OK[ndw][:len(lanes)]
+        if stride == 0:                           # idxen with stride 0: the index adds nothing
             dw_end = off[:, None] + np.minimum(4 * (_AR4[ndw] + 1), nbytes)[None, :]
-            ok = dw_end <= nr                                  # [L, ndw] per-dword check
-            addr = U64(base) + off.astype(U64)
-        else:
-            ok = np.broadcast_to(((vidx < nr) & (off.astype(U64) < U64(stride)))[:, None], (len(lanes), ndw))
-            addr = U64(base) + off.astype(U64) + vidx * U64(stride)
-        return addr, ok
+            return addr, dw_end <= nr
+        ok = np.broadcast_to((vidx < nr)[:, None], (len(lanes), ndw))    # index check only
+        return addr + vidx * U64(stride), ok
 
     def byte_ok(ok):
         return np.repeat(ok, 4, axis=1)[:, :nbytes]
@@ -297,12 +300,14 @@ def build_buffer(ins, ctx, name, hz_info):
             if ok.all():
                 data = w.mem.gather(w.mem.starts(addr, nbytes, line), nbytes)
             elif ok.any():
+                w.log.buffer_oob(name, line, int((~ok).any(axis=1).sum()))
                 bok = byte_ok(ok)
                 data = np.zeros((lanes.size, nbytes), dtype=np.uint8)
                 good = bok.any(axis=1)
                 idx = w.mem.offsets(addr[good], nbytes, line)
                 data[good] = np.where(bok[good], w.mem.heap[idx], 0)
             else:
+                w.log.buffer_oob(name, line, lanes.size)
                 data = np.zeros((lanes.size, nbytes), dtype=np.uint8)
             _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride, line, name) if lds_mode else None)
     elif kind == "store":
@@ -314,7 +319,9 @@ def build_buffer(ins, ctx, name, hz_info):
             data = _src_bytes(w, di, nbytes, shift, lanes)
             if ok.all():
                 w.mem.scatter(w.mem.starts(addr, nbytes, line), data)
-            elif ok.any():
+                return
+            w.log.buffer_oob(name, line, int((~ok).any(axis=1).sum()))
+            if ok.any():
                 bok = byte_ok(ok)
                 idx = addr[:, None].astype(np.int64) + _AR4[nbytes][None, :]
                 keep = bok.reshape(-1)
@@ -327,6 +334,8 @@ def build_buffer(ins, ctx, name, hz_info):
                 return
             addr, ok = address(w, lanes)
             good = ok.all(axis=1)
+            if not good.all():
+                w.log.buffer_oob(name, line, int((~good).sum()))
             vals = w.v[di:di + nbytes // 4][:, lanes].T.copy()
             vals = vals.view("<u8")[:, 0] if nbytes == 8 else vals[:, 0]
             old = np.zeros(lanes.size, dtype=vals.dtype)

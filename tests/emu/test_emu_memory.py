@@ -28,7 +28,7 @@ def test_buffer_load_offsets_and_range_check():
     body = RSRC + """
 s_movk_i32 s10, 0x100          ; num_records = 256 bytes = 64 dwords
 v_lshlrev_b32_e32 v1, 2, v0
-s_mov_b32 s12, 8               ; soffset: added to the address, not range-checked
+s_mov_b32 s12, 8               ; soffset: added to the address and counted in the range check
 buffer_load_dword v2, v1, s[8:11], s12 offen offset:4
 s_waitcnt vmcnt(0)
 global_store_dword v1, v2, s[6:7]
@@ -37,7 +37,7 @@ s_endpgm
     out = launch(body, inp)
     lane = np.arange(64)
     vgpr_off = 4 * lane + 4
-    want = np.where(vgpr_off + 4 <= 256, inp[np.minimum((vgpr_off + 8) // 4, 99)], 0)
+    want = np.where(vgpr_off + 8 + 4 <= 256, inp[np.minimum((vgpr_off + 8) // 4, 99)], 0)
     assert np.array_equal(out, want)
 
 
