@@ -59,7 +59,7 @@ _ATOMIC = {
     "add": "add", "sub": "sub", "swap": "swap", "and": "and", "or": "or", "xor": "xor",
     "smax": "smax", "smin": "smin", "umax": "umax", "umin": "umin", "inc": "inc", "dec": "dec",
     "add_f32": "add_f32", "pk_add_f16": "pk_add_f16", "pk_add_bf16": "pk_add_bf16",
-    "add_f64": "add_f64",
+    "add_f64": "add_f64", "cmpswap": "cmpswap",
 }
 
 
@@ -202,6 +202,23 @@ def _sgpr_put(w, di, vals):
 
 
 # ----------------------------------------------------------------- MUBUF ----
+#: cache-control MUBUF ops: no data, no effect on the values a kernel sees (every access here is
+#: coherent); they count on vmcnt like other VMEM ops (LLVM SIInsertWaitcnts carves only the
+#: BUFFER_WBINVL1* / GL0/GL1_INV invalidates out of the VMEM events, and SIMemoryLegalizer follows a
+#: gfx940 release's BUFFER_WBL2 with a vmcnt(0) wait).
+BUFFER_CACHE_OPS = ("buffer_wbl2", "buffer_inv")
+
+
+def build_buffer_cache(ins, ctx, name):
+    for x in ins.operands:               # the parser reads "buffer_wbl2 sc1" as a label operand
+        if x.kind != "label" or x.text not in ("sc0", "sc1", "nt"):
+            raise ctx.err(f"{name} takes only sc0/sc1/nt, got {x.text!r}")
+    for k in ins.mods:
+        if k not in ("sc0", "sc1", "nt"):
+            raise ctx.err(f"unsupported modifier {k!r}")
+    return lambda w: None
+
+
 def build_buffer(ins, ctx, name, hz_info):
     o = ins.operands
     m = ins.mods
@@ -253,6 +270,8 @@ def build_buffer(ins, ctx, name, hz_info):
     if lds_mode and how != "d" and nbytes > 4:
         raise ctx.err("unsupported LDS DMA size")
     ndw = (nbytes + 3) // 4
+    if kind == "atomic" and op == "cmpswap":
+        ndw *= 2            # data = (new, compare); the hazard sets over-approximate the returned half
     lane_stride = 4 if nbytes <= 4 else 16      # LLVM AMDGPUDMAOperations: 4*lane (<=4 B), 16*lane (12/16 B)
     lane_iota = np.arange(64, dtype=np.uint64)
     hz_info["buffer"] = True
@@ -336,8 +355,7 @@ def build_buffer(ins, ctx, name, hz_info):
             good = ok.all(axis=1)
             if not good.all():
                 w.log.buffer_oob(name, line, int((~good).sum()))
-            vals = w.v[di:di + nbytes // 4][:, lanes].T.copy()
-            vals = vals.view("<u8")[:, 0] if nbytes == 8 else vals[:, 0]
+            vals = _atomic_data(w, di, nbytes, lanes, op)
             old = np.zeros(lanes.size, dtype=vals.dtype)
             if good.any():
                 idx = w.mem.offsets(addr[good], nbytes, line)
@@ -345,6 +363,15 @@ def build_buffer(ins, ctx, name, hz_info):
             if ret:
                 _ret_put(w, di, lanes, old)
     return h, kind, ret, lds_mode, di, ndw, ai, o
+
+
+def _atomic_data(w, di, nbytes, lanes, op):
+    """Per-lane atomic operand: [L] words, or [L, 2] (new, compare) words for cmpswap."""
+    n = nbytes // 4 * (2 if op == "cmpswap" else 1)
+    vals = np.ascontiguousarray(w.v[di:di + n][:, lanes].T)
+    if nbytes == 8:
+        vals = vals.view("<u8")
+    return vals if op == "cmpswap" else vals[:, 0]
 
 
 def _ret_put(w, di, lanes, old):
@@ -441,8 +468,7 @@ def build_global(ins, ctx, name, hz_info):
             if lanes.size == 0:
                 return
             idx = w.mem.offsets(address(w, lanes), nbytes, line)
-            vals = w.v[di:di + nbytes // 4][:, lanes].T.copy()
-            vals = vals.view("<u8")[:, 0] if nbytes == 8 else vals[:, 0]
+            vals = _atomic_data(w, di, nbytes, lanes, op)
             old = w.mem.atomic(op, idx, vals, nbytes)
             if ret:
                 _ret_put(w, ri, lanes, old)
@@ -458,7 +484,7 @@ _DS_WRITE = {"b8": (1, 0), "b16": (2, 0), "b32": (4, 0), "b64": (8, 0), "b96": (
              "b8_d16_hi": (1, 16), "b16_d16_hi": (2, 16)}
 _DS_ATOMIC = {"add_u32": "add", "sub_u32": "sub", "and_b32": "and", "or_b32": "or", "xor_b32": "xor",
               "max_u32": "umax", "min_u32": "umin", "max_i32": "smax", "min_i32": "smin",
-              "add_f32": "add_f32", "inc_u32": "inc", "dec_u32": "dec", "wrxchg_rtn_b32": "swap",
+              "add_f32": "add_f32", "inc_u32": "inc", "dec_u32": "dec", "wrxchg_b32": "swap",
               "pk_add_bf16": "pk_add_bf16", "pk_add_f16": "pk_add_f16"}
 
 
@@ -512,8 +538,11 @@ def build_ds(ins, ctx, name, hz_info):
             raise ctx.err(f"unsupported modifier {k!r}")
     if m.get("gds"):
         raise ctx.err("GDS is not modelled")
-    off = int(m.get("offset", 0))
     rest = name[3:]
+    raw_off = m.get("offset", 0)
+    if isinstance(raw_off, str) and rest != "swizzle_b32":
+        raise ctx.err(f"cannot read offset {raw_off!r}")
+    off = 0 if rest == "swizzle_b32" else int(raw_off)
     line = ins.line
 
     def addr_of(w, ai, lanes, extra):
@@ -610,7 +639,41 @@ def build_ds(ins, ctx, name, hz_info):
             else:
                 write_v(w, di, res)
         return h, "read", di, 1, [ai, si]
+    if rest in ("read_b64_tr_b4", "read_b64_tr_b8", "read_b64_tr_b16"):
+        di, ai = ctx.vidx(o[0]), ctx.vidx(o[1])
+        src_lane, src_elem, bits = _tr_maps(int(rest.rsplit("_b", 1)[1]))
+
+        def h(w):
+            lanes = w.active
+            a = addr_of(w, ai, lanes, off)
+            if w.hz is not None:
+                w.hz.check_lds_read(w, a, 8, lanes, line)
+
+            def land(w_):
+                raw = np.zeros((64, 8), dtype=np.uint8)       # an inactive lane supplies 0
+                raw[lanes] = _lds_read(w_, a, 8, line, name)
+                res = _transpose_b64(raw, src_lane, src_elem, bits)
+                dw = res.view("<u4")
+                w_.v[di, lanes] = dw[lanes, 0]
+                w_.v[di + 1, lanes] = dw[lanes, 1]
+            _later(w, land)
+        return h, "read", di, 2, [ai]
+    if rest == "swizzle_b32":
+        di, si = ctx.vidx(o[0]), ctx.vidx(o[1])
+        src_lane = _swizzle_lanes(m.get("offset", 0), ctx)
+
+        def h(w):
+            data = np.where(w.exec_mask, w.v[si], U32(0))     # an inactive source lane gives 0
+            res = data[src_lane]
+            if w.defer:
+                ex, full = w.exec_mask, w.exec_full
+                w.land = lambda w_: _vrow_put(w_, di, res, ex, full)
+            else:
+                write_v(w, di, res)
+        return h, "read", di, 1, [si]
     atom_name = rest.replace("_rtn", "") if "_rtn_" in rest else rest
+    if atom_name == "wrxchg_b32" and "_rtn_" not in rest:
+        return None             # ds_wrxchg exists only as the returning form
     if atom_name in _DS_ATOMIC:
         op = _DS_ATOMIC[atom_name]
         ret = "_rtn_" in rest
@@ -641,6 +704,88 @@ def build_ds(ins, ctx, name, hz_info):
             _later(w, land)
         return h, ("read" if ret else "write"), ri, (1 if ret else 0), [ai, si]
     return None
+
+
+def _tr_maps(bits):
+    """ds_read_b64_tr_b{16,8,4} (gfx950, CDNA4 ISA "MFMA Transpose Load from LDS"): each lane reads 64
+    bits = n = 64/bits elements that run along the matrix's non-K dimension; within each group of 16
+    lanes the 16 x n block is transposed so that lane j ends up with n consecutive K elements of
+    non-K row j: lane j, element e comes from lane (j // n) + (16 // n) * e, element j mod n (Triton's chooseDotDsReadB64TrLayout: register
+    bits -> non-K, the low lane bits -> non-K blocks of n, the next lane bits -> K)."""
+    n = 64 // bits
+    j = np.arange(64)[:, None]
+    e = np.arange(n)[None, :]
+    g = (j // 16) * 16
+    jj = j % 16
+    return g + jj // n + (16 // n) * e, np.broadcast_to(jj % n, (64, n)), bits
+
+
+def _transpose_b64(raw, src_lane, src_elem, bits):
+    """raw bytes [64, 8] -> transposed bytes [64, 8] (see _tr_maps)."""
+    if bits == 16:
+        el = raw.view("<u2")
+    elif bits == 8:
+        el = raw
+    else:
+        el = np.empty((64, 16), dtype=np.uint8)
+        el[:, 0::2], el[:, 1::2] = raw & 0xF, raw >> 4       # low nibble is element 0
+    out = el[src_lane, src_elem]
+    if bits == 4:
+        out = (out[:, 0::2] | (out[:, 1::2] << 4)).astype(np.uint8)
+    return np.ascontiguousarray(out).view(np.uint8).reshape(64, 8)
+
+
+def _swizzle_lanes(offset, ctx):
+    """Source lane of each lane for ds_swizzle_b32 (GCN3/CDNA ISA "DS_SWIZZLE_B32"; LLVM AMDGPU asm
+    "swizzle pattern"): offset[15] = 1 is quad-permute mode (lane 4g+i takes lane 4g + offset[2i+1:2i]);
+    otherwise bit-mask mode within each 32 lanes: j = ((i & and) | or) ^ xor with and = offset[4:0],
+    or = offset[9:5], xor = offset[14:10].  Takes the raw offset or LLVM's swizzle(...) macro."""
+    if isinstance(offset, str):
+        offset = _swizzle_macro(offset, ctx)
+    offset = int(offset)
+    if not 0 <= offset <= 0xFFFF:
+        raise ctx.err(f"ds_swizzle offset {offset:#x} is not a 16-bit value")
+    lane = np.arange(64)
+    if offset & 0x8000:
+        sel = np.array([(offset >> (2 * k)) & 3 for k in range(4)])
+        return (lane & ~3) | sel[lane & 3]
+    a, o_, x = offset & 0x1F, (offset >> 5) & 0x1F, (offset >> 10) & 0x1F
+    return (lane & 0x20) | ((((lane & 0x1F) & a) | o_) ^ x)
+
+
+def _swizzle_macro(text, ctx):
+    import re
+    mt = re.fullmatch(r"\s*swizzle\(\s*(\w+)\s*((?:,[^,)]*)*)\)\s*", text)
+    if not mt:
+        raise ctx.err(f"cannot read the swizzle pattern {text!r}")
+    mode = mt.group(1).upper()
+    args = [a.strip() for a in mt.group(2).split(",")[1:]]
+    try:
+        if mode == "QUAD_PERM":
+            v = [int(a, 0) for a in args]
+            return 0x8000 | v[0] | v[1] << 2 | v[2] << 4 | v[3] << 6
+        if mode == "BITMASK_PERM":
+            pat = args[0].strip('"')
+            a = o_ = x = 0
+            for k, c in enumerate(pat):
+                bit = 1 << (4 - k)
+                if c in "pi":
+                    a |= bit
+                if c == "i":
+                    x |= bit
+                if c == "1":
+                    o_ |= bit
+            return a | o_ << 5 | x << 10
+        gs = int(args[0], 0)
+        if mode == "BROADCAST":
+            return (0x1F & ~(gs - 1)) | int(args[1], 0) << 5
+        if mode == "SWAP":
+            return 0x1F | gs << 10
+        if mode == "REVERSE":
+            return 0x1F | (gs - 1) << 10
+    except (IndexError, ValueError):
+        raise ctx.err(f"cannot read the swizzle pattern {text!r}") from None
+    raise ctx.err(f"swizzle mode {mode} is not modelled")
 
 
 def _vrow_put(w, di, res, ex, full):

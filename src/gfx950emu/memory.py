@@ -200,9 +200,22 @@ def _combine(op: str, old: np.ndarray, val: np.ndarray) -> np.ndarray:
 
 
 def apply_atomic(heap: np.ndarray, op: str, idx: np.ndarray, data: np.ndarray, nbytes: int) -> np.ndarray:
-    """Atomics on [lanes, nbytes] heap offsets; lanes hitting the same word go in lane order."""
+    """Atomics on [lanes, nbytes] heap offsets; lanes hitting the same word go in lane order.
+
+    ``cmpswap`` takes data [lanes, 2] = (new value, compare value) and stores the new value where
+    memory equals the compare value ([ISA] BUFFER_ATOMIC_CMPSWAP: "tmp = MEM; src = DATA[0]; cmp = DATA[1];
+    MEM = (tmp == cmp) ? src : tmp; RETURN_DATA[0] = tmp")."""
     dt = np.uint32 if nbytes == 4 else np.uint64
     words = idx[:, 0]
+    if op == "cmpswap":
+        d2 = np.asarray(data).astype(dt).reshape(len(words), 2)
+        old_all = np.empty(len(words), dtype=dt)
+        for k in range(len(words)):             # lane order: a later lane sees an earlier lane's swap
+            cur = heap[idx[k]].copy().view(dt)[0]
+            old_all[k] = cur
+            if cur == d2[k, 1]:
+                heap[idx[k]] = np.array([d2[k, 0]], dtype=dt).view(np.uint8)
+        return old_all
     old_all = np.empty(len(words), dtype=dt)
     remaining = np.arange(len(words))
     while remaining.size:
