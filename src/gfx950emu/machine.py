@@ -405,7 +405,7 @@ def _run_workgroup(L, wg, hz_mode, budget, order=None):
     tracker = None
     if hz_mode != "off" or delivery != "issue":      # deferred delivery lands ops as the tracker retires them
         tracker = HazardTracker(hz_mode if hz_mode != "off" else "report", lds.size, wg, prog.accum_offset,
-                                rng if delivery == "random" else None)
+                                rng if delivery == "random" else None, prog.instructions)
     log = EventLog(hz_mode, lds.size, wg)
     waves = []
     for i in range(nwaves):

@@ -137,8 +137,16 @@ def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulato
                       buffers_sha256=buffers_digest(inputs))
         result["seconds"] = round(time.perf_counter() - start, 3)
         result["compile_seconds"] = art.compile_seconds
-        result["hazards"] = len(run.hazards)
-        result["hazard_reports"] = [str(h) for h in run.hazards[:5]]
+        # s_nop wait-state reports (gfx950emu.hazards._WaitStates) are counted apart from the s_waitcnt /
+        # LDS-ordering hazards the gate has always meant: several GEMM rungs inherit an M0 -> LDS-DMA
+        # wait-state hazard from FlyDSL's inline-asm DMA idiom (issue #12 report).
+        ordering = [h for h in run.hazards if h.kind != "wait_states"]
+        waits = [h for h in run.hazards if h.kind == "wait_states"]
+        result["hazards"] = len(ordering)
+        result["hazard_reports"] = [str(h) for h in ordering[:5]]
+        result["wait_state_hazards"] = len(waits)
+        result["wait_state_reports"] = [str(h) for h in waits[:5]]
+        result["out_of_range"] = run.stats.out_of_range
     else:
         import torch
 

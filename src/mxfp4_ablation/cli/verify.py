@@ -17,6 +17,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"hazards={result['hazards']} ({result['seconds']} s)")
     for report in result["hazard_reports"]:
         text += f"\n  hazard: {report}"
+    if result.get("wait_state_hazards"):
+        text += f"\n  wait-state hazards (s_nop): {result['wait_state_hazards']}"
+        for report in result["wait_state_reports"][:2]:
+            text += f"\n  wait states: {report}"
     emit(args, result, text)
     return 0 if result["passed"] else 1
 
