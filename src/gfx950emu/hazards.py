@@ -117,7 +117,7 @@ class _Op:
 
 class _WaveQ:
     __slots__ = ("vm", "ds", "smem", "vpend", "spend", "clock", "valu_w", "mfma_w", "store_data",
-                 "m0_w", "cmpx", "fwd")
+                 "m0_w", "cmpx", "fwd", "mfma_last")
 
     def __init__(self):
         self.vm, self.ds, self.smem = deque(), deque(), []
@@ -130,6 +130,7 @@ class _WaveQ:
         self.m0_w = None        # (clock, line) of the last SALU write of M0
         self.cmpx = None        # (clock, line) of the last v_cmpx (writes EXEC)
         self.fwd = None         # (clock, regs, line, opcode): a cvt_scale / dst-sel forwarding producer
+        self.mfma_last = 0      # clock of the last MFMA
 
 
 def _lanes(mask: int) -> tuple:
@@ -486,6 +487,10 @@ def _is_xdl(opcode):
     return not opcode.endswith(("_f32", "x1f32", "x2f32", "x4f32", "_xf32", "_f64"))
 
 
+_K_VALU, _K_PERMLANE, _K_CMPX, _K_MEM, _K_DMA, _K_MFMA, _K_M0 = 1, 2, 3, 4, 5, 6, 7
+_MAX_MFMA_WAIT = 21     # the longest MFMA -> VALU/memory wait modelled (16 passes + 4) + 1
+
+
 class _WaitStates:
     """No-interlock hazards that need wait states (``s_nop N`` = N+1 of them; any other instruction 1),
     after LLVM's GCNHazardRecognizer.cpp for gfx950 (checked against ROCm/llvm-project@03a23131):
@@ -543,7 +548,25 @@ class _WaitStates:
                 fwd = True                      # "nop is required for all the opsel values for fp4 sr variant"
             elif dest in ("fp4", "fp8", "bf8"):
                 fwd = any(sel[2:4])             # dst byte/word select: op_sel[2] (src2 OP_SEL_0) or op_sel[3]
-        info = (nwait, big_store, fwd)
+        cls = d.cls
+        kind, regs, need = 0, frozenset(), 0
+        if cls == "valu":
+            kind = _K_VALU
+            if op.startswith(("v_permlane16_swap", "v_permlane32_swap")):
+                kind = _K_PERMLANE
+            elif op.startswith("v_cmpx"):
+                kind = _K_CMPX
+            regs = d.vreads | d.vwrites
+        elif cls == "mfma":
+            kind = _K_MFMA
+            passes = _mfma_passes(op)
+            need = passes + 3 + (passes != 2) if _is_xdl(op) else passes + 2
+        elif cls in ("vmem", "lds"):
+            kind = _K_DMA if (d.pend is not None and d.pend[0] == "vm" and d.pend[3]) else _K_MEM
+            regs = d.vreads
+        elif cls == "salu" and 124 in d.swrites:
+            kind = _K_M0
+        info = (nwait, big_store, fwd, kind, regs, need)
         self.info[d.index] = info
         return info
 
@@ -553,26 +576,53 @@ class _WaitStates:
                        f"it needs {need} (add s_nop {need - have - 1})", src_line)
 
     def check(self, w, q, d):
-        nwait, big_store, fwd = self._info(d)
+        info = self.info.get(d.index)
+        if info is None:
+            info = self._info(d)
+        nwait, big_store, fwd, kind, regs, mfma_need = info
         c = q.clock
-        cls = d.cls
-        op = d.opcode
-        is_valu = cls == "valu"
-        if is_valu or cls == "mfma":
-            # VALU write of data a >64-bit store still reads
-            if is_valu and q.store_data and d.vwrites:
-                for r in d.vwrites & q.store_data.keys():
-                    pc, line = q.store_data[r]
-                    have = c - pc - 1
-                    if have < 2:
-                        self._flag(w, d, 2, have, line, f"overwrites store data {self.t._vname(r)}")
+        if kind:
+            self._check(w, q, d, c, kind, regs)
+            # ---- record this instruction as a producer
+            if kind <= _K_CMPX:                         # VALU
+                line = d.line
+                for r in d.vwrites:
+                    q.valu_w[r] = (c, line)
+                if q.mfma_w:
+                    for r in d.vwrites:
+                        q.mfma_w.pop(r, None)
+                if kind == _K_CMPX:
+                    q.cmpx = (c, line)
+                if fwd:
+                    q.fwd = (c, d.vwrites, line, d.opcode)
+            elif kind == _K_MFMA:
+                e = (c, mfma_need, d.line, d.opcode)
+                for r in d.vwrites:
+                    q.mfma_w[r] = e
+                q.mfma_last = c
+            elif kind == _K_M0:
+                q.m0_w = (c, d.line)
+        for r in big_store:             # the store's data VGPRs (vdata), > 64 bits
+            q.store_data[r] = (c, d.line)
+        q.clock = c = c + nwait
+        if q.mfma_w and c - q.mfma_last > _MAX_MFMA_WAIT:
+            q.mfma_w.clear()            # every MFMA result is older than the longest wait any needs
+        if len(q.store_data) > 32:
+            q.store_data = {r: v for r, v in q.store_data.items() if c - v[0] <= 3}
+
+    def _check(self, w, q, d, c, kind, regs):
+        if kind <= _K_CMPX:                             # VALU consumers
+            if q.store_data:
+                for r in d.vwrites:
+                    v = q.store_data.get(r)
+                    if v is not None and c - v[0] - 1 < 2:
+                        self._flag(w, d, 2, c - v[0] - 1, v[1], f"overwrites store data {self.t._vname(r)}")
                         break
-            if is_valu and q.fwd is not None:
-                pc, regs, line, pop = q.fwd
-                have = c - pc - 1
-                if have < 1 and (regs & (d.vreads | d.vwrites)):
-                    self._flag(w, d, 1, have, line, f"uses the forwarded result of {pop} with")
-            if is_valu and op.startswith(("v_permlane16_swap", "v_permlane32_swap")):
+            if q.fwd is not None:
+                pc, fregs, line, pop = q.fwd
+                if c - pc - 1 < 1 and not fregs.isdisjoint(regs):
+                    self._flag(w, d, 1, c - pc - 1, line, f"uses the forwarded result of {pop} with")
+            if kind == _K_PERMLANE:
                 for r in d.vreads:
                     pw = q.valu_w.get(r)
                     if pw is not None and c - pw[0] - 1 < 2:
@@ -580,41 +630,15 @@ class _WaitStates:
                         break
                 if q.cmpx is not None and c - q.cmpx[0] - 1 < 4:
                     self._flag(w, d, 4, c - q.cmpx[0] - 1, q.cmpx[1], "follows a v_cmpx (EXEC write) by")
-        if (is_valu or cls in ("vmem", "lds")) and q.mfma_w:
-            regs = d.vreads | d.vwrites if is_valu else d.vreads
-            for r in regs & q.mfma_w.keys():
-                pc, need, line, mop = q.mfma_w[r]
-                have = c - pc - 1
-                if have < need:
-                    kind = "writes" if r in d.vwrites and r not in d.vreads else "reads"
-                    self._flag(w, d, need, have, line, f"{kind} {self.t._vname(r)}, a result of {mop}, with")
+        if q.mfma_w and kind != _K_MFMA and kind != _K_M0:
+            for r in regs:
+                e = q.mfma_w.get(r)
+                if e is None:
+                    continue
+                have = c - e[0] - 1
+                if have < e[1]:
+                    what = "writes" if r in d.vwrites and r not in d.vreads else "reads"
+                    self._flag(w, d, e[1], have, e[2], f"{what} {self.t._vname(r)}, a result of {e[3]}, with")
                     break
-        if cls == "vmem" and d.pend is not None and d.pend[0] == "vm" and d.pend[3] and q.m0_w is not None:
-            have = c - q.m0_w[0] - 1
-            if have < 1:
-                self._flag(w, d, 1, have, q.m0_w[1], "(LDS DMA) reads M0 written by an SALU with")
-        # ---- record this instruction as a producer
-        if is_valu:
-            for r in d.vwrites:
-                q.valu_w[r] = (c, d.line)
-            if d.vwrites and q.mfma_w:
-                for r in d.vwrites:
-                    q.mfma_w.pop(r, None)
-            if op.startswith("v_cmpx"):
-                q.cmpx = (c, d.line)
-            if fwd and d.vwrites:
-                q.fwd = (c, d.vwrites, d.line, op)
-        elif cls == "mfma":
-            passes = _mfma_passes(op)
-            need = passes + 3 + (passes != 2) if _is_xdl(op) else passes + 2
-            for r in d.vwrites:
-                q.mfma_w[r] = (c, need, d.line, op)
-        elif cls == "salu" and 124 in d.swrites:
-            q.m0_w = (c, d.line)
-        for r in big_store:             # the store's data VGPRs (vdata), > 64 bits
-            q.store_data[r] = (c, d.line)
-        q.clock = c + nwait
-        if len(q.store_data) > 64:
-            q.store_data = {r: v for r, v in q.store_data.items() if q.clock - v[0] <= 3}
-        if len(q.mfma_w) > 2048:
-            q.mfma_w = {r: v for r, v in q.mfma_w.items() if q.clock - v[0] <= v[1] + 1}
+        if kind == _K_DMA and q.m0_w is not None and c - q.m0_w[0] - 1 < 1:
+            self._flag(w, d, 1, c - q.m0_w[0] - 1, q.m0_w[1], "(LDS DMA) reads M0 written by an SALU with")
