@@ -115,3 +115,16 @@ def test_bad_options_are_one_clear_error(kw, msg):
     prog = gfx950emu.load(kernel("s_endpgm"))
     with pytest.raises(ValueError, match=msg):
         gfx950emu.launch(prog, 1, 64, [np.zeros(4, np.uint32), np.zeros(4, np.uint32)], **kw)
+
+
+def test_late_and_random_delivery_in_worker_processes_match_one_process():
+    prog = gfx950emu.load(kernel(BODY, lds=2048))
+    inp = np.arange(512, dtype=np.uint32) * 3 + 1
+    outs = []
+    for procs in (1, 2):
+        out = np.zeros(512, np.uint32)
+        res = gfx950emu.launch(prog, 2, 256, [inp, out], hazards="report", delivery="random", wave_order="random",
+                               seed=3, processes=procs)
+        assert res.hazards == []
+        outs.append(out)
+    assert np.array_equal(outs[0], expected(inp)) and np.array_equal(outs[0], outs[1])
