@@ -39,8 +39,8 @@ Reported kinds (``HazardReport.kind``):
     are not ordered with each other, so the DMA may land afterwards);
 ``lds_read_overwritten``
     a DS write to bytes another wave's DS read had not completed by the last
-    barrier (the reader did not wait before ``s_barrier``; found when the writer
-    runs before the reader's wait: wave orders reverse/random help);
+    barrier before the write (the reader did not wait before ``s_barrier``),
+    in any wave order;
 ``wait_states``
     a gfx950 no-interlock hazard that needs ``s_nop`` wait states (see
     :class:`_WaitStates`, after LLVM's GCNHazardRecognizer);
@@ -160,6 +160,7 @@ class HazardTracker:
         self.lds_rpend = np.zeros(n, dtype=np.int64)     # id of a pending DS read of the dword (0: none)
         self.lds_rwave = np.full(n, -1, dtype=np.int16)
         self.lds_repoch = np.zeros(n, dtype=np.int64)
+        self.lds_rretire = np.full(n, -1, dtype=np.int64)   # epoch in which that read completed (-1: pending)
         self.lds_rline = np.zeros(n, dtype=np.int64)
         self._rstash = None
         self.q = {}
@@ -260,6 +261,7 @@ class HazardTracker:
             self.lds_rpend[r] = op.id
             self.lds_rwave[r] = w.id
             self.lds_repoch[r] = w.epoch
+            self.lds_rretire[r] = -1
             self.lds_rline[r] = d.line
         if self.rng is not None and op.land is not None:
             op.due = w.executed + self.rng.randrange(_RANDOM_DELAY)
@@ -302,9 +304,12 @@ class HazardTracker:
                              f"{d.opcode if d else 'write'} writes LDS bytes another wave read since the last barrier "
                              f"(missing s_barrier between the read and this write)")
         if dw.size:
-            rp = self.lds_rpend[dw]
-            if rp.any():
-                hit = (rp != 0) & (self.lds_rwave[dw] != w.id) & (self.lds_repoch[dw] < w.epoch)
+            rw = self.lds_rwave[dw]
+            if (rw >= 0).any():
+                # the read was issued before a barrier this write is behind, and it was still pending at that
+                # barrier: pending now, or completed only in this write's interval or later (any wave order)
+                late = (self.lds_rpend[dw] != 0) | (self.lds_rretire[dw] >= w.epoch)
+                hit = (rw >= 0) & (rw != w.id) & (self.lds_repoch[dw] < w.epoch) & late
                 if hit.any():
                     bad = dw[hit]
                     d = self._cur
@@ -380,7 +385,7 @@ class HazardTracker:
         if op.rlds is not None:
             mine = op.rlds[self.lds_rpend[op.rlds] == op.id]
             self.lds_rpend[mine] = 0
-            self.lds_rwave[mine] = -1
+            self.lds_rretire[mine] = w.epoch
         if op.land is not None:
             f, op.land = op.land, None
             f(w)
