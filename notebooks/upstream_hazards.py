@@ -88,7 +88,11 @@ if not SKIP:
 # For the earliest flagged reader, the governing `s_waitcnt` (the last one before it; the kernel is
 # straight-line at a fixed K) is tightened to the largest count that clears it (binary search, one emulator
 # run per try); repeated until no ordering hazard is left. The patched kernel is rerun under issue, late and a
-# seeded random delivery with random wave interleaving.
+# seeded random delivery with random wave interleaving. Each change is also applied alone (`alone_*` columns):
+# the one that makes late delivery exact by itself is the bug that changes numbers; a change that only clears
+# reports points at a race whose values happen to agree (a DMA rewriting bytes with what they already hold).
+# `barrier` is the ordinal of the `s_barrier` right after the wait, to find the `wait_barrier(...)` call in
+# the kernel source.
 
 # %%
 if not SKIP:

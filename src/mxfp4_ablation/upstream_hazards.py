@@ -11,6 +11,8 @@ or the end of the wave forces it -- what the ISA guarantees and no more), and re
 * the smallest wait change that makes the kernel exact under late delivery and hazard-free: for each
   flagged read, the governing ``s_waitcnt`` (the last one before it in the text; the kernel is straight-line
   at a fixed K) is tightened to the largest count that clears it (binary search, one emulator run per try);
+  each change is also tried alone, to tell the change that fixes the numbers from one that only clears a
+  report (e.g. a DMA that rewrites bytes with the values they already hold);
 * the s_nop wait-state reports (kind ``wait_states``), grouped, which late delivery cannot show.
 
 Inputs: FlyDSL's test layout (A row-major fp4, B ``shuffle_weight_w4(16)``, both scales ``shuffle_scale_w4``),
@@ -211,6 +213,15 @@ def report(checkout: str | Path, M: int = 256, N: int = 256, K: int = 2048, seed
     issue = run(isa, inputs, delivery="issue")
     late = run(isa, inputs, delivery="late")
     fix = smallest_wait_fix(isa, inputs)
+    lines = isa.splitlines()
+    barriers = [n for n, t in enumerate(lines, 1) if t.strip() == "s_barrier"]
+    for ch in fix["changes"]:          # what each change does on its own under late delivery
+        alone = run(patch_wait(isa, ch["wait_line"], ch["counter"], ch["new"]), inputs, delivery="late")
+        ch["alone_late_exact"] = alone["exact"]
+        ch["alone_late_mismatches"] = alone["mismatches"]
+        ch["alone_ordering_hazards"] = alone["ordering_hazards"]
+        nxt = [b for b in barriers if b > ch["wait_line"]]
+        ch["barrier"] = f"{barriers.index(nxt[0]) + 1} of {len(barriers)}" if nxt else None
     fixed_issue = run(fix["isa"], inputs, delivery="issue")
     fixed_late = run(fix["isa"], inputs, delivery="late")
     fixed_random = run(fix["isa"], inputs, delivery="random", wave_order="random", seed=7)
