@@ -10,6 +10,10 @@ that every use of memory results is covered by an ``s_waitcnt``.
                            args=[a, b, c, 128], hazards="report")
     res.hazards, res.stats.by_opcode, res.seconds
 
+``launch(..., delivery="late")`` lands every load only when a wait forces it (``"random"``: a seeded
+legal moment), and ``wave_order="reverse"|"random"`` reorders / interleaves the waves: a kernel that waits
+correctly gives the same bytes in every mode.
+
 Depends on numpy only.  Module map: parser (text -> instructions, descriptor,
 metadata), decode/memops/kernel (instruction -> handler), machine (launch
 state, wave scheduling, processes), hazards (s_waitcnt checker), memory (flat

@@ -93,8 +93,8 @@ def synthetic_gemm_isa(K: int = 2048) -> str:
     for mat, lds_base, rs in (("A", 0, 8), ("B", 0x4000, 12)):
         for j in range(4):
             e(f"s_add_u32 s42, s36, 0x{j * 16 * row_b:x}")
-            e("s_add_u32 s42, s42, s41")
             e(f"s_add_u32 m0, s35, 0x{lds_base + 1024 * j:x}")
+            e("s_add_u32 s42, s42, s41                    ; also the wait state M0 -> LDS DMA needs")
             e(f"buffer_load_dwordx4 v3, s[{rs}:{rs + 3}], s42 offen lds")
     e("s_lshl_b32 s43, s40, 2                      ; k step * 4 scale bytes")
     for t in range(8):

@@ -428,6 +428,9 @@ def _decode_one(ins, ctx):
                 fn, reads, writes, sreads = r
                 d.vreads, d.vwrites, d.sreads = frozenset(reads), frozenset(writes), frozenset(sreads)
                 d.pend = ("vm", d.vwrites, frozenset(), False)
+        elif name in memops.BUFFER_CACHE_OPS:
+            fn = memops.build_buffer_cache(ins, ctx, name)
+            d.pend = ("vm", frozenset(), frozenset(), False)
         elif name.startswith("buffer_"):
             r = memops.build_buffer(ins, ctx, name, {})
             if r is not None:

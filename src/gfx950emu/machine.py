@@ -30,6 +30,7 @@ bytes written are the same as with one process.
 from __future__ import annotations
 
 import multiprocessing
+import random
 import struct
 import sys
 import time
@@ -102,7 +103,8 @@ class Wave:
     """Architectural state of one wave64."""
 
     __slots__ = ("v", "s", "scc", "exec_mask", "exec_full", "active", "pc", "lds", "lds32",
-                 "mem", "hz", "id", "epoch", "counts", "done", "executed", "scratch")
+                 "mem", "hz", "id", "epoch", "counts", "done", "executed", "scratch",
+                 "defer", "land", "log", "at_barrier")
 
     def __init__(self, wid, lds, lds32, mem, ninstr):
         self.v = np.zeros((NVGPR, 64), dtype=np.uint32)
@@ -122,6 +124,10 @@ class Wave:
         self.exec_full = True
         self.active = _ALL_ACTIVE
         self.scratch = _NO_SCRATCH
+        self.defer = False      # delivery "late"/"random": memory handlers leave their writes in self.land
+        self.land = None
+        self.log = None
+        self.at_barrier = False
 
     def sync_exec(self):
         """Refresh the cached EXEC views after s[126:127] changed."""
@@ -377,28 +383,48 @@ def _init_wave(L, w, wg, wave_in_wg):
     w.sync_exec()
 
 
-def _run_workgroup(L, wg, hz_mode, budget):
-    """Run one workgroup; returns (per-wave counts, hazard reports)."""
-    from .hazards import HazardTracker
+DELIVERIES = ("issue", "late", "random")
+WAVE_ORDERS = ("forward", "reverse", "random")
+
+
+def _run_workgroup(L, wg, hz_mode, budget, order=None):
+    """Run one workgroup; returns (per-wave counts, hazard reports, out-of-range buffer lanes).
+
+    ``order`` is None (delivery "issue", waves forward: the fast path) or (delivery, wave_order, seed)."""
+    from .hazards import EventLog, HazardTracker
     prog = L.prog
     bx, by, bz = L.block
     nwaves = (bx * by * bz + 63) // 64
     lds = np.zeros((L.lds_size + 3) // 4 * 4, dtype=np.uint8)
     lds32 = lds.view(np.uint32)
     fns = [d.fn for d in prog.decoded] + [_off_end]
-    tracker = HazardTracker(hz_mode, lds.size, wg, prog.accum_offset) if hz_mode != "off" else None
+    delivery, wave_order, seed = order or ("issue", "forward", 0)
+    rng = None
+    if "random" in (delivery, wave_order):
+        rng = random.Random(f"gfx950emu/{seed}/{wg[0]}/{wg[1]}/{wg[2]}")   # same draws in any process
+    tracker = None
+    if hz_mode != "off" or delivery != "issue":      # deferred delivery lands ops as the tracker retires them
+        tracker = HazardTracker(hz_mode if hz_mode != "off" else "report", lds.size, wg, prog.accum_offset,
+                                rng if delivery == "random" else None, prog.instructions)
+    log = EventLog(hz_mode, lds.size, wg)
     waves = []
     for i in range(nwaves):
         w = Wave(i, lds, lds32, L.mem, len(prog.decoded))
         w.hz = tracker
+        w.log = log
+        w.defer = delivery != "issue"
         priv = int(prog.descriptor.get("private_segment_fixed_size", 0) or 0)
         if priv:
             w.scratch = np.zeros((64, (priv + 3) // 4 * 4), dtype=np.uint8)
         _init_wave(L, w, wg, i)
         waves.append(w)
     with np.errstate(all="ignore"):      # IEEE results (inf, nan) are data here, not warnings
-        _schedule(waves, fns, prog, budget, tracker)
-    return [w.counts[:-1] for w in waves], (tracker.reports if tracker else [])
+        if order is None:
+            _schedule(waves, fns, prog, budget, tracker)
+        else:
+            _schedule_ordered(waves, fns, prog, budget, tracker, delivery == "random", wave_order, rng)
+    reports = (tracker.reports if tracker is not None and hz_mode != "off" else []) + log.reports
+    return [w.counts[:-1] for w in waves], reports, log.out_of_range
 
 
 def _schedule(waves, fns, prog, budget, tracker):
@@ -420,6 +446,71 @@ def _schedule(waves, fns, prog, budget, tracker):
             w.epoch += 1
 
 
+def _run_steps(w, fns, decoded, budget, hz, tick, steps):
+    """Run ``w`` for up to ``steps`` instructions (None: to its next barrier or end); 0 when the slice ran out.
+    ``tick``: land the deferred ops whose random time has come after every instruction."""
+    counts = w.counts
+    nd = len(decoded)
+    n = 0
+    while True:
+        i = w.pc
+        w.pc = i + 1
+        counts[i] += 1
+        if hz is not None and i < nd:
+            d = decoded[i]
+            hz.before(w, d)
+            r = fns[i](w)
+            hz.after(w, d)
+        else:
+            r = fns[i](w)
+        w.executed += 1
+        n += 1
+        if tick:
+            hz.land_due(w)
+        if r:
+            if r == D.ENDPGM and hz is not None:
+                hz.endpgm(w)
+            return r
+        if w.executed > budget:
+            raise ExecError(f"wave {w.id} executed more than {budget} instructions (endless loop?)")
+        if steps is not None and n >= steps:
+            return 0
+
+
+def _schedule_ordered(waves, fns, prog, budget, tracker, tick, wave_order, rng):
+    """The adversarial scheduler: waves forward or reverse, each up to its next barrier, or -- for
+    wave_order "random" -- a seeded random ready wave for a random slice of 1..64 instructions at a
+    time (a barrier releases when every live wave has reached it; an ended wave counts as arrived)."""
+    decoded = prog.decoded
+    if wave_order != "random":
+        seq = waves if wave_order == "forward" else waves[::-1]
+        while True:
+            for w in seq:
+                if not w.done and _run_steps(w, fns, decoded, budget, tracker, tick, None) == D.ENDPGM:
+                    w.done = True
+            live = [w for w in waves if not w.done]
+            if not live:
+                return
+            for w in live:
+                w.epoch += 1
+    while True:
+        ready = [w for w in waves if not w.done and not w.at_barrier]
+        if not ready:
+            live = [w for w in waves if not w.done]
+            if not live:
+                return
+            for w in live:
+                w.at_barrier = False
+                w.epoch += 1
+            continue
+        w = ready[rng.randrange(len(ready))] if len(ready) > 1 else ready[0]
+        r = _run_steps(w, fns, decoded, budget, tracker, tick, rng.randint(1, 64))
+        if r == D.ENDPGM:
+            w.done = True
+        elif r == D.BARRIER:
+            w.at_barrier = True
+
+
 # ----------------------------------------------------------------- stats ----
 @dataclass
 class Stats:
@@ -428,6 +519,8 @@ class Stats:
     by_opcode: dict
     by_class: dict
     per_wave: list          # dicts: workgroup, wave, instructions, by_opcode, by_class
+    #: out-of-range buffer lanes (loads read 0, stores and atomics dropped): opcode -> {line: lanes}
+    out_of_range: dict = field(default_factory=dict)
 
     @property
     def instructions(self) -> int:
@@ -471,13 +564,19 @@ _FORK_STATE = None
 
 
 def _worker(chunk):
-    L, hz_mode, budget = _FORK_STATE
+    L, hz_mode, budget, order = _FORK_STATE
     out = []
     for k, wg in chunk:
         L.mem.journal = []
-        counts, reports = _run_workgroup(L, wg, hz_mode, budget)
-        out.append((k, wg, L.mem.journal, counts, reports))
+        counts, reports, oob = _run_workgroup(L, wg, hz_mode, budget, order)
+        out.append((k, wg, L.mem.journal, counts, reports, oob))
     return out
+
+
+def _add_oob(total, oob):
+    for (opcode, line), n in oob.items():
+        per = total.setdefault(opcode, {})
+        per[line] = per.get(line, 0) + n
 
 
 def _dims(x, what):
@@ -493,7 +592,8 @@ def _dims(x, what):
 
 
 def launch(prog: Program, grid=(1, 1, 1), block=(64, 1, 1), args=(), *, hazards: str = "off",
-           processes: int = 1, lds_bytes: int = 0, max_instructions: int = 50_000_000) -> Result:
+           processes: int = 1, lds_bytes: int = 0, max_instructions: int = 50_000_000,
+           delivery: str = "issue", wave_order: str = "forward", seed: int = 0) -> Result:
     """Run ``prog`` over ``grid`` workgroups of ``block`` work-items.
 
     ``args`` follow the metadata ``.args`` list one for one (hidden arguments
@@ -503,6 +603,21 @@ def launch(prog: Program, grid=(1, 1, 1), block=(64, 1, 1), args=(), *, hazards:
     an 8-byte value (FlyDSL passes some pointers as plain Int64), or exact
     ``bytes``.  A dict ``{"tensor": t}`` / ``{"bytes": b}`` (a described kernarg
     entry) stands for its tensor / bytes.
+
+    ``delivery`` says when a memory op's data lands (``res`` is the same whenever
+    a kernel waits correctly): ``"issue"`` at issue (fastest); ``"late"`` only
+    when an ``s_waitcnt`` or the end of the wave forces it -- VGPR/SGPR
+    destinations, LDS-DMA writes, DS reads, writes and atomics (they touch LDS
+    when they complete, in order), atomic return values; vmcnt and DS ops in
+    issue order, scalar loads only at ``lgkmcnt(0)``; ``s_barrier`` does not wait
+    for memory (gfx90a+); global loads read memory and stores write it at issue.
+    ``"random"``: each op lands at a seeded random moment 0..39 instructions
+    after issue (in counter order) or when a wait forces it.  ``wave_order``:
+    ``"forward"``/``"reverse"`` run the waves in that order, each up to its next
+    barrier; ``"random"`` interleaves seeded random slices of 1..64 instructions.
+    The late/random modes run the hazard tracker (whatever ``hazards`` says; its
+    reports are kept only when ``hazards`` is not "off").  An LDS access outside
+    the kernel's allocation is always reported (``lds_outside``).
     """
     if not isinstance(prog, Program):
         raise ValueError("launch() needs the Program returned by gfx950emu.load()")
@@ -517,16 +632,23 @@ def launch(prog: Program, grid=(1, 1, 1), block=(64, 1, 1), args=(), *, hazards:
         raise ValueError(f"kernel {prog.name} requires block {tuple(req)}, got {block}")
     if not isinstance(processes, (int, np.integer)) or processes < 1:
         raise ValueError(f"processes must be a positive integer, got {processes!r}")
+    if delivery not in DELIVERIES:
+        raise ValueError(f"delivery must be one of {', '.join(DELIVERIES)}, got {delivery!r}")
+    if wave_order not in WAVE_ORDERS:
+        raise ValueError(f"wave_order must be one of {', '.join(WAVE_ORDERS)}, got {wave_order!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    order = None if (delivery, wave_order) == ("issue", "forward") else (delivery, wave_order, int(seed))
     t0 = time.perf_counter()
     L = _Launch(prog, grid, block, list(args), lds_bytes)
     wgs = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
-    results, reports = [], []
+    results, reports, oob = [], [], {}
     if processes > 1 and len(wgs) > 1:
         if prog.returning_atomics:
             raise ValueError(f"kernel {prog.name} uses atomics that return values (line "
                              f"{prog.returning_atomics[0]}); their results depend on workgroup order, run with processes=1")
         global _FORK_STATE
-        _FORK_STATE = (L, hazards, max_instructions)
+        _FORK_STATE = (L, hazards, max_instructions, order)
         n = min(processes, len(wgs))
         chunks = [[(k, wg) for k, wg in enumerate(wgs) if k % n == j] for j in range(n)]
         try:
@@ -535,14 +657,18 @@ def launch(prog: Program, grid=(1, 1, 1), block=(64, 1, 1), args=(), *, hazards:
         finally:
             _FORK_STATE = None
         flat = sorted((item for part in parts for item in part), key=lambda t: t[0])
-        for k, wg, journal, counts, reps in flat:
+        for k, wg, journal, counts, reps, wg_oob in flat:
             L.mem.replay(journal)
             results.append((wg, counts))
             reports.extend(reps)
+            _add_oob(oob, wg_oob)
     else:
         for wg in wgs:
-            counts, reps = _run_workgroup(L, wg, hazards, max_instructions)
+            counts, reps, wg_oob = _run_workgroup(L, wg, hazards, max_instructions, order)
             results.append((wg, counts))
             reports.extend(reps)
+            _add_oob(oob, wg_oob)
     L.write_back()
-    return Result(reports, _make_stats(prog, results), time.perf_counter() - t0)
+    stats = _make_stats(prog, results)
+    stats.out_of_range = oob
+    return Result(reports, stats, time.perf_counter() - t0)

@@ -5,9 +5,10 @@ Semantics ([ISA] = AMD CDNA3/CDNA4 ISA guide):
 * SMEM ([ISA] "Scalar Memory Operations"): address = base + offset with the
   low two bits ignored; ``s_buffer_load`` takes its base from a V# and returns
   0 for dwords at or beyond num_records.
-* MUBUF ([ISA] "Buffer Addressing", see memory.py): raw (stride 0) and
-  structured addressing, per-dword range check, soffset outside the check,
-  out-of-range loads read 0, out-of-range stores are dropped.
+* MUBUF ([ISA] "Buffer Addressing", see memory.py): raw and structured
+  addressing; soffset counts toward the range check, idxen with a stride
+  checks only the index, ADD_TID buffers are not checked; out-of-range loads
+  read 0, out-of-range stores are dropped, both counted in stats.out_of_range.
 * LDS DMA (``buffer_load_* ... lds``, ``global_load_lds_*``): each active
   lane's data goes to LDS at ``M0[17:0] + inst_offset + stride * lane`` with
   stride 4 for 1/2/4-byte loads and 16 for the gfx950 12/16-byte loads (LLVM
@@ -58,7 +59,7 @@ _ATOMIC = {
     "add": "add", "sub": "sub", "swap": "swap", "and": "and", "or": "or", "xor": "xor",
     "smax": "smax", "smin": "smin", "umax": "umax", "umin": "umin", "inc": "inc", "dec": "dec",
     "add_f32": "add_f32", "pk_add_f16": "pk_add_f16", "pk_add_bf16": "pk_add_bf16",
-    "add_f64": "add_f64",
+    "add_f64": "add_f64", "cmpswap": "cmpswap",
 }
 
 
@@ -87,17 +88,41 @@ def _dst_rows(data: np.ndarray, kind: str, old_row=None):
 
 def _deliver(w, lanes, data, nbytes: int, di: int, how: str, lds_dma) -> None:
     """Hand loaded bytes to their destination: the VGPRs from ``di`` on, or -- for an LDS-DMA load
-    (``lds_dma = (inst_offset, lane_stride)``) -- LDS at M0 + inst_offset + lane * lane_stride, with M0
-    read now, at issue (LLVM AMDGPUUsage, "AMDGPU DMA Operations")."""
+    (``lds_dma = (inst_offset, lane_stride, line, opcode)``) -- LDS at M0 + inst_offset + lane * lane_stride, with M0
+    read now, at issue (LLVM AMDGPUUsage, "AMDGPU DMA Operations").
+
+    This is the one delivery path of buffer, global and scratch loads: with ``w.defer`` set (delivery
+    "late"/"random") the write is handed to the hazard tracker as ``w.land``, a closure it runs when
+    the op completes (an ``s_waitcnt`` or the end of the wave forces it, or a random legal moment)."""
     if lds_dma is not None:
-        inst_off, lane_stride = lds_dma
+        inst_off, lane_stride = lds_dma[0], lds_dma[1]
         m0 = w.s[124] & 0x3FFFF
         laddr = m0 + inst_off + lanes.astype(np.int64) * lane_stride
         lidx = laddr[:, None] + _AR4[nbytes][None, :]
         inr = (lidx < w.lds.size).all(axis=1)
-        w.lds[lidx[inr]] = data[inr]
         if w.hz is not None:
             w.hz.note_lds_write(w, lidx[inr], lanes[inr], nbytes)
+        if not inr.all():
+            w.log.lds_outside(w, lidx[~inr], "LDS-DMA write", lds_dma[2], lds_dma[3])
+        if w.defer:
+            w.land = lambda w_, i=lidx[inr], b=data[inr]: _lds_put(w_, i, b)
+        else:
+            w.lds[lidx[inr]] = data[inr]
+        return
+    if w.defer:
+        w.land = lambda w_: _vgpr_put(w_, lanes, data, di, how)
+        return
+    _vgpr_put(w, lanes, data, di, how)
+
+
+def _lds_put(w, idx, data):
+    w.lds[idx] = data
+
+
+def _vgpr_put(w, lanes, data, di, how):
+    """Write loaded bytes [L, n] into the destination VGPRs (d16 forms merge with the register now)."""
+    if how == "d" and lanes.size == 64:
+        w.v[di:di + data.shape[1] // 4] = np.ascontiguousarray(data).view("<u4").T
         return
     rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
     for k, r in enumerate(rows):
@@ -162,14 +187,38 @@ def build_smem(ins, ctx, name):
                 addrs = np.array([vs["base"] + base_off + 4 * k for k in ok], dtype=np.uint64)
                 idx = w.mem.offsets(addrs, 4, line)
                 vals[ok] = w.mem.heap[idx].view("<u4")[:, 0]
-        for k in range(n):
-            w.s[di + k] = int(vals[k])
-        if di <= 127 < di + n or di <= 126 < di + n:
-            w.sync_exec()
+        if w.defer:
+            w.land = lambda w_, v=[int(x) for x in vals]: _sgpr_put(w_, di, v)
+            return
+        _sgpr_put(w, di, [int(x) for x in vals])
     return h
 
 
+def _sgpr_put(w, di, vals):
+    n = len(vals)
+    w.s[di:di + n] = vals
+    if di <= 127 < di + n or di <= 126 < di + n:
+        w.sync_exec()
+
+
 # ----------------------------------------------------------------- MUBUF ----
+#: cache-control MUBUF ops: no data, no effect on the values a kernel sees (every access here is
+#: coherent); they count on vmcnt like other VMEM ops (LLVM SIInsertWaitcnts carves only the
+#: BUFFER_WBINVL1* / GL0/GL1_INV invalidates out of the VMEM events, and SIMemoryLegalizer follows a
+#: gfx940 release's BUFFER_WBL2 with a vmcnt(0) wait).
+BUFFER_CACHE_OPS = ("buffer_wbl2", "buffer_inv")
+
+
+def build_buffer_cache(ins, ctx, name):
+    for x in ins.operands:               # the parser reads "buffer_wbl2 sc1" as a label operand
+        if x.kind != "label" or x.text not in ("sc0", "sc1", "nt"):
+            raise ctx.err(f"{name} takes only sc0/sc1/nt, got {x.text!r}")
+    for k in ins.mods:
+        if k not in ("sc0", "sc1", "nt"):
+            raise ctx.err(f"unsupported modifier {k!r}")
+    return lambda w: None
+
+
 def build_buffer(ins, ctx, name, hz_info):
     o = ins.operands
     m = ins.mods
@@ -221,38 +270,42 @@ def build_buffer(ins, ctx, name, hz_info):
     if lds_mode and how != "d" and nbytes > 4:
         raise ctx.err("unsupported LDS DMA size")
     ndw = (nbytes + 3) // 4
+    if kind == "atomic" and op == "cmpswap":
+        ndw *= 2            # data = (new, compare); the hazard sets over-approximate the returned half
     lane_stride = 4 if nbytes <= 4 else 16      # LLVM AMDGPUDMAOperations: 4*lane (<=4 B), 16*lane (12/16 B)
     lane_iota = np.arange(64, dtype=np.uint64)
     hz_info["buffer"] = True
 
     def address(w, lanes):
+        """(addresses [L], in-range [L, ndw]) -- memory.py describes the range check."""
         vs = decode_vsharp(w.s[rsrc:rsrc + 4])
         if vs["swizzle_en"] or vs["cache_swizzle"]:
             raise ExecError(f"line {line}: swizzled buffer descriptors are not modelled")
         if offen:
-            off = w.v[ai + (1 if idxen else 0)][lanes].astype(np.int64) + inst_off
+            off = (w.v[ai + (1 if idxen else 0)][lanes].astype(np.int64) + inst_off) & M32
         else:
             off = np.full(len(lanes), inst_off, dtype=np.int64)
+        soff = gsoff(w) & M32
         stride = vs["stride"]
         nr = vs["num_records"]
-        base = vs["base"] + gsoff(w)
-        if stride == 0 and not idxen and not vs["add_tid"]:
+        off = off + soff                          # soffset counts toward the range
+        base = vs["base"]
+        if not idxen and not vs["add_tid"]:
             if int(off.max()) + nbytes <= nr:            # common case: everything in range
                 return (off + base).astype(U64), _ALL_OK[ndw][:len(lanes)]
             dw_end = off[:, None] + np.minimum(4 * (_AR4[ndw] + 1), nbytes)[None, :]
             ok = dw_end <= nr                                  # [L, ndw] per-dword check
             return (off + base).astype(U64), ok
         vidx = w.v[ai][lanes].astype(U64) if idxen else np.zeros(len(lanes), U64)
-        if vs["add_tid"]:
+        addr = U64(base) + off.astype(U64)
+        if vs["add_tid"]:                         # ADD_TID buffers are not range-checked
             vidx = vidx + lane_iota[lanes]
-        if stride == 0:
+            return addr + vidx * U64(stride), _ALL_OK[ndw][:len(lanes)]
+        if stride == 0:                           # idxen with stride 0: the index adds nothing
             dw_end = off[:, None] + np.minimum(4 * (_AR4[ndw] + 1), nbytes)[None, :]
-            ok = dw_end <= nr                                  # [L, ndw] per-dword check
-            addr = U64(base) + off.astype(U64)
-        else:
-            ok = np.broadcast_to(((vidx < nr) & (off.astype(U64) < U64(stride)))[:, None], (len(lanes), ndw))
-            addr = U64(base) + off.astype(U64) + vidx * U64(stride)
-        return addr, ok
+            return addr, dw_end <= nr
+        ok = np.broadcast_to((vidx < nr)[:, None], (len(lanes), ndw))    # index check only
+        return addr + vidx * U64(stride), ok
 
     def byte_ok(ok):
         return np.repeat(ok, 4, axis=1)[:, :nbytes]
@@ -266,14 +319,16 @@ def build_buffer(ins, ctx, name, hz_info):
             if ok.all():
                 data = w.mem.gather(w.mem.starts(addr, nbytes, line), nbytes)
             elif ok.any():
+                w.log.buffer_oob(name, line, int((~ok).any(axis=1).sum()))
                 bok = byte_ok(ok)
                 data = np.zeros((lanes.size, nbytes), dtype=np.uint8)
                 good = bok.any(axis=1)
                 idx = w.mem.offsets(addr[good], nbytes, line)
                 data[good] = np.where(bok[good], w.mem.heap[idx], 0)
             else:
+                w.log.buffer_oob(name, line, lanes.size)
                 data = np.zeros((lanes.size, nbytes), dtype=np.uint8)
-            _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride) if lds_mode else None)
+            _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride, line, name) if lds_mode else None)
     elif kind == "store":
         def h(w):
             lanes = w.active
@@ -283,7 +338,9 @@ def build_buffer(ins, ctx, name, hz_info):
             data = _src_bytes(w, di, nbytes, shift, lanes)
             if ok.all():
                 w.mem.scatter(w.mem.starts(addr, nbytes, line), data)
-            elif ok.any():
+                return
+            w.log.buffer_oob(name, line, int((~ok).any(axis=1).sum()))
+            if ok.any():
                 bok = byte_ok(ok)
                 idx = addr[:, None].astype(np.int64) + _AR4[nbytes][None, :]
                 keep = bok.reshape(-1)
@@ -296,17 +353,39 @@ def build_buffer(ins, ctx, name, hz_info):
                 return
             addr, ok = address(w, lanes)
             good = ok.all(axis=1)
-            vals = w.v[di:di + nbytes // 4][:, lanes].T.copy()
-            vals = vals.view("<u8")[:, 0] if nbytes == 8 else vals[:, 0]
+            if not good.all():
+                w.log.buffer_oob(name, line, int((~good).sum()))
+            vals = _atomic_data(w, di, nbytes, lanes, op)
             old = np.zeros(lanes.size, dtype=vals.dtype)
             if good.any():
                 idx = w.mem.offsets(addr[good], nbytes, line)
                 old[good] = w.mem.atomic(op, idx, vals[good], nbytes)
             if ret:
-                o32 = old.view("<u4").reshape(lanes.size, -1)
-                for k in range(o32.shape[1]):
-                    w.v[di + k, lanes] = o32[:, k]
+                _ret_put(w, di, lanes, old)
     return h, kind, ret, lds_mode, di, ndw, ai, o
+
+
+def _atomic_data(w, di, nbytes, lanes, op):
+    """Per-lane atomic operand: [L] words, or [L, 2] (new, compare) words for cmpswap."""
+    n = nbytes // 4 * (2 if op == "cmpswap" else 1)
+    vals = np.ascontiguousarray(w.v[di:di + n][:, lanes].T)
+    if nbytes == 8:
+        vals = vals.view("<u8")
+    return vals if op == "cmpswap" else vals[:, 0]
+
+
+def _ret_put(w, di, lanes, old):
+    """The pre-op values an atomic returns (now, or when it completes under deferred delivery)."""
+    o32 = old.view("<u4").reshape(lanes.size, -1)
+    if w.defer:
+        w.land = lambda w_: _ret_commit(w_, di, lanes, o32)
+    else:
+        _ret_commit(w, di, lanes, o32)
+
+
+def _ret_commit(w, di, lanes, o32):
+    for k in range(o32.shape[1]):
+        w.v[di + k, lanes] = o32[:, k]
 
 
 # ---------------------------------------------------------------- global ----
@@ -376,7 +455,7 @@ def build_global(ins, ctx, name, hz_info):
             if lanes.size == 0:
                 return
             data = w.mem.gather(w.mem.starts(address(w, lanes), nbytes, line), nbytes)
-            _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride) if lds_mode else None)
+            _deliver(w, lanes, data, nbytes, di, how, (inst_off, lane_stride, line, name) if lds_mode else None)
     elif kind == "store":
         def h(w):
             lanes = w.active
@@ -389,13 +468,10 @@ def build_global(ins, ctx, name, hz_info):
             if lanes.size == 0:
                 return
             idx = w.mem.offsets(address(w, lanes), nbytes, line)
-            vals = w.v[di:di + nbytes // 4][:, lanes].T.copy()
-            vals = vals.view("<u8")[:, 0] if nbytes == 8 else vals[:, 0]
+            vals = _atomic_data(w, di, nbytes, lanes, op)
             old = w.mem.atomic(op, idx, vals, nbytes)
             if ret:
-                o32 = old.view("<u4").reshape(lanes.size, -1)
-                for k in range(o32.shape[1]):
-                    w.v[ri + k, lanes] = o32[:, k]
+                _ret_put(w, ri, lanes, old)
     return h, kind, ret, lds_mode, (ri if kind == "atomic" and ret else di), ai, saddr, si
 
 
@@ -408,12 +484,12 @@ _DS_WRITE = {"b8": (1, 0), "b16": (2, 0), "b32": (4, 0), "b64": (8, 0), "b96": (
              "b8_d16_hi": (1, 16), "b16_d16_hi": (2, 16)}
 _DS_ATOMIC = {"add_u32": "add", "sub_u32": "sub", "and_b32": "and", "or_b32": "or", "xor_b32": "xor",
               "max_u32": "umax", "min_u32": "umin", "max_i32": "smax", "min_i32": "smin",
-              "add_f32": "add_f32", "inc_u32": "inc", "dec_u32": "dec", "wrxchg_rtn_b32": "swap",
+              "add_f32": "add_f32", "inc_u32": "inc", "dec_u32": "dec", "wrxchg_b32": "swap",
               "pk_add_bf16": "pk_add_bf16", "pk_add_f16": "pk_add_f16"}
 
 
-def _lds_read(w, addr, nbytes, lanes):
-    """Gather [L, nbytes] from LDS for byte addresses addr (int64 [L]); OOB reads 0."""
+def _lds_read(w, addr, nbytes, line=0, name="ds_read"):
+    """Gather [L, nbytes] from LDS for byte addresses addr (int64 [L]); OOB reads 0 (and is logged)."""
     size = w.lds.size
     if nbytes % 4 == 0 and not (addr & 3).any() and addr.size and addr.max() + nbytes <= size:
         dw = w.lds32[(addr >> 2)[:, None] + _AR4[nbytes // 4][None, :]]
@@ -422,18 +498,36 @@ def _lds_read(w, addr, nbytes, lanes):
     ok = (idx >= 0) & (idx < size)
     out = np.zeros(idx.shape, dtype=np.uint8)
     out[ok] = w.lds[idx[ok]]
+    if not ok.all():
+        w.log.lds_outside(w, idx[~ok], "read", line, name)
     return out
 
 
-def _lds_write(w, addr, data):
-    nbytes = data.shape[1]
+def _lds_index(w, addr, nbytes, what, line, name):
+    """(byte indices [L, nbytes], in-range mask or None when all in range) of an LDS access; an access
+    outside the kernel's allocation is logged (hardware drops such writes and reads 0)."""
     idx = addr[:, None] + _AR4[nbytes][None, :]
-    ok = (idx >= 0) & (idx < w.lds.size)
-    if ok.all():
+    if idx.size and (int(addr.min()) < 0 or int(addr.max()) + nbytes > w.lds.size):
+        ok = (idx >= 0) & (idx < w.lds.size)
+        w.log.lds_outside(w, idx[~ok], what, line, name)
+        return idx, ok
+    return idx, None
+
+
+def _lds_write_at(w, idx, ok, data):
+    if ok is None:
         w.lds[idx] = data
     else:
         w.lds[idx[ok]] = data[ok]
-    return idx[ok.all(axis=1)]
+
+
+def _later(w, fn):
+    """Run ``fn(w)`` now (delivery "issue") or hand it to the hazard tracker to run when the DS op
+    completes: DS ops complete in order, so a deferred DS op reads and writes LDS at completion."""
+    if w.defer:
+        w.land = fn
+    else:
+        fn(w)
 
 
 def build_ds(ins, ctx, name, hz_info):
@@ -444,8 +538,11 @@ def build_ds(ins, ctx, name, hz_info):
             raise ctx.err(f"unsupported modifier {k!r}")
     if m.get("gds"):
         raise ctx.err("GDS is not modelled")
-    off = int(m.get("offset", 0))
     rest = name[3:]
+    raw_off = m.get("offset", 0)
+    if isinstance(raw_off, str) and rest != "swizzle_b32":
+        raise ctx.err(f"cannot read offset {raw_off!r}")
+    off = 0 if rest == "swizzle_b32" else int(raw_off)
     line = ins.line
 
     def addr_of(w, ai, lanes, extra):
@@ -458,15 +555,12 @@ def build_ds(ins, ctx, name, hz_info):
         def h(w):
             lanes = w.active
             a = addr_of(w, ai, lanes, off)
-            data = _lds_read(w, a, nbytes, lanes)
             if w.hz is not None:
                 w.hz.check_lds_read(w, a, nbytes, lanes, line)
-            if how == "d" and lanes.size == 64:
-                w.v[di:di + nbytes // 4] = np.ascontiguousarray(data).view("<u4").T
+            if w.defer:
+                w.land = lambda w_: _vgpr_put(w_, lanes, _lds_read(w_, a, nbytes, line, name), di, how)
                 return
-            rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
-            for k, r in enumerate(rows):
-                w.v[di + k, lanes] = r
+            _vgpr_put(w, lanes, _lds_read(w, a, nbytes, line, name), di, how)
         return h, "read", di, (nbytes + 3) // 4, [ai]
     if rest.startswith(("read2_", "read2st64_")) and rest.split("_", 1)[1] in ("b32", "b64"):
         st = 64 if rest.startswith("read2st64") else 1
@@ -478,14 +572,16 @@ def build_ds(ins, ctx, name, hz_info):
         def h(w):
             lanes = w.active
             base = addr_of(w, ai, lanes, 0)
-            for k, oo in enumerate((o0, o1)):
-                a = base + oo
-                data = _lds_read(w, a, esz, lanes)
-                if w.hz is not None:
-                    w.hz.check_lds_read(w, a, esz, lanes, line)
-                dw = np.ascontiguousarray(data).view("<u4")
-                for j in range(nd):
-                    w.v[di + k * nd + j, lanes] = dw[:, j]
+            if w.hz is not None:
+                for oo in (o0, o1):
+                    w.hz.check_lds_read(w, base + oo, esz, lanes, line)
+
+            def land(w_):
+                for k, oo in enumerate((o0, o1)):
+                    dw = np.ascontiguousarray(_lds_read(w_, base + oo, esz, line, name)).view("<u4")
+                    for j in range(nd):
+                        w_.v[di + k * nd + j, lanes] = dw[:, j]
+            _later(w, land)
         return h, "read", di, 2 * nd, [ai]
     if rest.startswith("write_") and rest[6:] in _DS_WRITE:
         nbytes, shift = _DS_WRITE[rest[6:]]
@@ -494,9 +590,14 @@ def build_ds(ins, ctx, name, hz_info):
         def h(w):
             lanes = w.active
             a = addr_of(w, ai, lanes, off)
-            idx = _lds_write(w, a, _src_bytes(w, si, nbytes, shift, lanes))
+            data = _src_bytes(w, si, nbytes, shift, lanes)
+            idx, ok = _lds_index(w, a, nbytes, "write", line, name)
             if w.hz is not None:
-                w.hz.note_lds_write(w, idx, lanes, nbytes)
+                w.hz.note_lds_write(w, idx if ok is None else idx[ok.all(axis=1)], lanes, nbytes)
+            if w.defer:
+                w.land = lambda w_: _lds_write_at(w_, idx, ok, data)
+            else:
+                _lds_write_at(w, idx, ok, data)
         return h, "write", None, 0, [ai] + [si + k for k in range((nbytes + 3) // 4)]
     if rest.startswith(("write2_", "write2st64_")) and rest.split("_", 1)[1] in ("b32", "b64"):
         st = 64 if rest.startswith("write2st64") else 1
@@ -507,10 +608,17 @@ def build_ds(ins, ctx, name, hz_info):
         def h(w):
             lanes = w.active
             base = addr_of(w, ai, lanes, 0)
+            parts = []
             for si_, oo in ((s0, o0), (s1, o1)):
-                idx = _lds_write(w, base + oo, _src_bytes(w, si_, esz, 0, lanes))
+                idx, ok = _lds_index(w, base + oo, esz, "write", line, name)
                 if w.hz is not None:
-                    w.hz.note_lds_write(w, idx, lanes, esz)
+                    w.hz.note_lds_write(w, idx if ok is None else idx[ok.all(axis=1)], lanes, esz)
+                parts.append((idx, ok, _src_bytes(w, si_, esz, 0, lanes)))
+
+            def land(w_):
+                for idx, ok, data in parts:
+                    _lds_write_at(w_, idx, ok, data)
+            _later(w, land)
         return h, "write", None, 0, [ai] + [s + k for s in (s0, s1) for k in range(esz // 4)]
     if rest in ("bpermute_b32", "permute_b32"):
         di, ai, si = ctx.vidx(o[0]), ctx.vidx(o[1]), ctx.vidx(o[2])
@@ -525,9 +633,47 @@ def build_ds(ins, ctx, name, hz_info):
                 res = np.zeros(64, dtype=U32)
                 act = np.flatnonzero(w.exec_mask)
                 res[sel[act]] = data[act]
-            write_v(w, di, res)
+            if w.defer:
+                ex, full = w.exec_mask, w.exec_full
+                w.land = lambda w_: _vrow_put(w_, di, res, ex, full)
+            else:
+                write_v(w, di, res)
         return h, "read", di, 1, [ai, si]
+    if rest in ("read_b64_tr_b4", "read_b64_tr_b8", "read_b64_tr_b16"):
+        di, ai = ctx.vidx(o[0]), ctx.vidx(o[1])
+        src_lane, src_elem, bits = _tr_maps(int(rest.rsplit("_b", 1)[1]))
+
+        def h(w):
+            lanes = w.active
+            a = addr_of(w, ai, lanes, off)
+            if w.hz is not None:
+                w.hz.check_lds_read(w, a, 8, lanes, line)
+
+            def land(w_):
+                raw = np.zeros((64, 8), dtype=np.uint8)       # an inactive lane supplies 0
+                raw[lanes] = _lds_read(w_, a, 8, line, name)
+                res = _transpose_b64(raw, src_lane, src_elem, bits)
+                dw = res.view("<u4")
+                w_.v[di, lanes] = dw[lanes, 0]
+                w_.v[di + 1, lanes] = dw[lanes, 1]
+            _later(w, land)
+        return h, "read", di, 2, [ai]
+    if rest == "swizzle_b32":
+        di, si = ctx.vidx(o[0]), ctx.vidx(o[1])
+        src_lane = _swizzle_lanes(m.get("offset", 0), ctx)
+
+        def h(w):
+            data = np.where(w.exec_mask, w.v[si], U32(0))     # an inactive source lane gives 0
+            res = data[src_lane]
+            if w.defer:
+                ex, full = w.exec_mask, w.exec_full
+                w.land = lambda w_: _vrow_put(w_, di, res, ex, full)
+            else:
+                write_v(w, di, res)
+        return h, "read", di, 1, [si]
     atom_name = rest.replace("_rtn", "") if "_rtn_" in rest else rest
+    if atom_name == "wrxchg_b32" and "_rtn_" not in rest:
+        return None             # ds_wrxchg exists only as the returning form
     if atom_name in _DS_ATOMIC:
         op = _DS_ATOMIC[atom_name]
         ret = "_rtn_" in rest
@@ -535,22 +681,118 @@ def build_ds(ins, ctx, name, hz_info):
             ri, ai, si = ctx.vidx(o[0]), ctx.vidx(o[1]), ctx.vidx(o[2])
         else:
             ri, ai, si = None, ctx.vidx(o[0]), ctx.vidx(o[1])
+
         def h(w):
             lanes = w.active
             a = addr_of(w, ai, lanes, off)
             ok = (a >= 0) & (a + 4 <= w.lds.size)
             idx = a[ok][:, None] + _AR4[4][None, :]
-            old = np.zeros(lanes.size, dtype=U32)
-            if ok.any():
-                if w.hz is not None:
+            vals = w.v[si][lanes][ok]
+            if not ok.all():
+                _lds_index(w, a, 4, "atomic", line, name)
+            if w.hz is not None:
+                if ok.any():
                     w.hz.check_lds_read(w, a[ok], 4, lanes[ok], line)
-                old[ok] = apply_atomic(w.lds, op, idx, w.v[si][lanes][ok], 4)
-                if w.hz is not None:
                     w.hz.note_lds_write(w, idx, lanes[ok], 4)
-            if ret:
-                w.v[ri, lanes] = old
+
+            def land(w_):
+                old = np.zeros(lanes.size, dtype=U32)
+                if ok.any():
+                    old[ok] = apply_atomic(w_.lds, op, idx, vals, 4)
+                if ret:
+                    w_.v[ri, lanes] = old
+            _later(w, land)
         return h, ("read" if ret else "write"), ri, (1 if ret else 0), [ai, si]
     return None
+
+
+def _tr_maps(bits):
+    """ds_read_b64_tr_b{16,8,4} (gfx950, CDNA4 ISA "MFMA Transpose Load from LDS"): each lane reads 64
+    bits = n = 64/bits elements that run along the matrix's non-K dimension; within each group of 16
+    lanes the 16 x n block is transposed so that lane j ends up with n consecutive K elements of
+    non-K row j: lane j, element e comes from lane (j // n) + (16 // n) * e, element j mod n (Triton's chooseDotDsReadB64TrLayout: register
+    bits -> non-K, the low lane bits -> non-K blocks of n, the next lane bits -> K)."""
+    n = 64 // bits
+    j = np.arange(64)[:, None]
+    e = np.arange(n)[None, :]
+    g = (j // 16) * 16
+    jj = j % 16
+    return g + jj // n + (16 // n) * e, np.broadcast_to(jj % n, (64, n)), bits
+
+
+def _transpose_b64(raw, src_lane, src_elem, bits):
+    """raw bytes [64, 8] -> transposed bytes [64, 8] (see _tr_maps)."""
+    if bits == 16:
+        el = raw.view("<u2")
+    elif bits == 8:
+        el = raw
+    else:
+        el = np.empty((64, 16), dtype=np.uint8)
+        el[:, 0::2], el[:, 1::2] = raw & 0xF, raw >> 4       # low nibble is element 0
+    out = el[src_lane, src_elem]
+    if bits == 4:
+        out = (out[:, 0::2] | (out[:, 1::2] << 4)).astype(np.uint8)
+    return np.ascontiguousarray(out).view(np.uint8).reshape(64, 8)
+
+
+def _swizzle_lanes(offset, ctx):
+    """Source lane of each lane for ds_swizzle_b32 (GCN3/CDNA ISA "DS_SWIZZLE_B32"; LLVM AMDGPU asm
+    "swizzle pattern"): offset[15] = 1 is quad-permute mode (lane 4g+i takes lane 4g + offset[2i+1:2i]);
+    otherwise bit-mask mode within each 32 lanes: j = ((i & and) | or) ^ xor with and = offset[4:0],
+    or = offset[9:5], xor = offset[14:10].  Takes the raw offset or LLVM's swizzle(...) macro."""
+    if isinstance(offset, str):
+        offset = _swizzle_macro(offset, ctx)
+    offset = int(offset)
+    if not 0 <= offset <= 0xFFFF:
+        raise ctx.err(f"ds_swizzle offset {offset:#x} is not a 16-bit value")
+    lane = np.arange(64)
+    if offset & 0x8000:
+        sel = np.array([(offset >> (2 * k)) & 3 for k in range(4)])
+        return (lane & ~3) | sel[lane & 3]
+    a, o_, x = offset & 0x1F, (offset >> 5) & 0x1F, (offset >> 10) & 0x1F
+    return (lane & 0x20) | ((((lane & 0x1F) & a) | o_) ^ x)
+
+
+def _swizzle_macro(text, ctx):
+    import re
+    mt = re.fullmatch(r"\s*swizzle\(\s*(\w+)\s*((?:,[^,)]*)*)\)\s*", text)
+    if not mt:
+        raise ctx.err(f"cannot read the swizzle pattern {text!r}")
+    mode = mt.group(1).upper()
+    args = [a.strip() for a in mt.group(2).split(",")[1:]]
+    try:
+        if mode == "QUAD_PERM":
+            v = [int(a, 0) for a in args]
+            return 0x8000 | v[0] | v[1] << 2 | v[2] << 4 | v[3] << 6
+        if mode == "BITMASK_PERM":
+            pat = args[0].strip('"')
+            a = o_ = x = 0
+            for k, c in enumerate(pat):
+                bit = 1 << (4 - k)
+                if c in "pi":
+                    a |= bit
+                if c == "i":
+                    x |= bit
+                if c == "1":
+                    o_ |= bit
+            return a | o_ << 5 | x << 10
+        gs = int(args[0], 0)
+        if mode == "BROADCAST":
+            return (0x1F & ~(gs - 1)) | int(args[1], 0) << 5
+        if mode == "SWAP":
+            return 0x1F | gs << 10
+        if mode == "REVERSE":
+            return 0x1F | (gs - 1) << 10
+    except (IndexError, ValueError):
+        raise ctx.err(f"cannot read the swizzle pattern {text!r}") from None
+    raise ctx.err(f"swizzle mode {mode} is not modelled")
+
+
+def _vrow_put(w, di, res, ex, full):
+    if full:
+        w.v[di] = res
+    else:
+        np.copyto(w.v[di], res, where=ex, casting="unsafe")
 
 
 # --------------------------------------------------------------- scratch ----
@@ -597,9 +839,7 @@ def build_scratch(ins, ctx, name):
         def h(w):
             lanes = w.active
             data = w.scratch[lanes[:, None], offsets(w, lanes)]
-            rows = _dst_rows(data, how, w.v[di][lanes] if how not in ("d", "u", "s") else None)
-            for k, r in enumerate(rows):
-                w.v[di + k, lanes] = r
+            _deliver(w, lanes, data, nbytes, di, how, None)
         reads = {ai} if ai is not None else set()
         writes = set(range(di, di + (nbytes + 3) // 4))
     else:

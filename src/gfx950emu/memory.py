@@ -6,15 +6,18 @@ and buffers are separated by unmapped guard gaps.  A global access that
 touches a byte outside every mapped buffer is a memory fault (an error naming
 the line), not a silent read of garbage.
 
-Buffer (MUBUF) addressing follows the CDNA3/CDNA4 ISA guide, "Buffer
-Instructions / Buffer Addressing": the V# holds base[47:0] (dwords 0-1),
+Buffer (MUBUF) addressing follows the CDNA3/CDNA4 ISA guide, "Buffer Instructions / Buffer Addressing": the V# holds base[47:0] (dwords 0-1),
 stride (dword1[29:16]), num_records (dword2) and flags (dword3, ADD_TID_ENABLE
-is bit 23).  For a raw buffer (stride 0) the per-lane byte offset is
-``inst_offset + (offen ? vgpr : 0)``; ``soffset`` is added to the address but
-is *excluded* from the range check (LLVM IntrinsicsAMDGPU.td, raw buffer load:
-"soffset ... excluded from bounds checking").  Each dword of a multi-dword
-access is range-checked on its own; out-of-range loads return 0 and
-out-of-range stores are dropped.
+is bit 23).  The per-lane byte offset is ``(voffset (offen) + inst_offset) mod
+2^32 + soffset``; the address is ``base + offset + index * stride`` with index
+= the idxen VGPR (+ lane id with ADD_TID).  Range check (issue #12 fix 1, from
+the audit of LLVM's AMDGPU backend, rocjitsu and the CDNA pseudocode): with
+idxen and stride != 0 a lane is out of range when ``index >= num_records``
+(the offset is not checked against the stride); otherwise each dword of the
+access is out of range when its end passes ``num_records`` bytes (soffset
+counts); ADD_TID buffers are not range-checked.  Out-of-range loads return 0,
+out-of-range stores/atomics are dropped, and the lanes are counted in
+``Result.stats.out_of_range``.
 
 Multi-process launches record every store/atomic of a workgroup in a journal
 that the parent replays in workgroup order, so processes=N gives the same bytes
@@ -197,9 +200,22 @@ def _combine(op: str, old: np.ndarray, val: np.ndarray) -> np.ndarray:
 
 
 def apply_atomic(heap: np.ndarray, op: str, idx: np.ndarray, data: np.ndarray, nbytes: int) -> np.ndarray:
-    """Atomics on [lanes, nbytes] heap offsets; lanes hitting the same word go in lane order."""
+    """Atomics on [lanes, nbytes] heap offsets; lanes hitting the same word go in lane order.
+
+    ``cmpswap`` takes data [lanes, 2] = (new value, compare value) and stores the new value where
+    memory equals the compare value ([ISA] BUFFER_ATOMIC_CMPSWAP: "tmp = MEM; src = DATA[0]; cmp = DATA[1];
+    MEM = (tmp == cmp) ? src : tmp; RETURN_DATA[0] = tmp")."""
     dt = np.uint32 if nbytes == 4 else np.uint64
     words = idx[:, 0]
+    if op == "cmpswap":
+        d2 = np.asarray(data).astype(dt).reshape(len(words), 2)
+        old_all = np.empty(len(words), dtype=dt)
+        for k in range(len(words)):             # lane order: a later lane sees an earlier lane's swap
+            cur = heap[idx[k]].copy().view(dt)[0]
+            old_all[k] = cur
+            if cur == d2[k, 1]:
+                heap[idx[k]] = np.array([d2[k, 0]], dtype=dt).view(np.uint8)
+        return old_all
     old_all = np.empty(len(words), dtype=dt)
     remaining = np.arange(len(words))
     while remaining.size:

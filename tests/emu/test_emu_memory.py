@@ -28,7 +28,7 @@ def test_buffer_load_offsets_and_range_check():
     body = RSRC + """
 s_movk_i32 s10, 0x100          ; num_records = 256 bytes = 64 dwords
 v_lshlrev_b32_e32 v1, 2, v0
-s_mov_b32 s12, 8               ; soffset: added to the address, not range-checked
+s_mov_b32 s12, 8               ; soffset: added to the address and counted in the range check
 buffer_load_dword v2, v1, s[8:11], s12 offen offset:4
 s_waitcnt vmcnt(0)
 global_store_dword v1, v2, s[6:7]
@@ -37,7 +37,7 @@ s_endpgm
     out = launch(body, inp)
     lane = np.arange(64)
     vgpr_off = 4 * lane + 4
-    want = np.where(vgpr_off + 4 <= 256, inp[np.minimum((vgpr_off + 8) // 4, 99)], 0)
+    want = np.where(vgpr_off + 8 + 4 <= 256, inp[np.minimum((vgpr_off + 8) // 4, 99)], 0)
     assert np.array_equal(out, want)
 
 
@@ -68,8 +68,8 @@ def test_buffer_load_lds_uses_m0_inst_offset_and_lane_stride():
     inp = np.arange(64 * 4, dtype=np.uint32)
     body = RSRC + """
 s_mov_b32 s10, 0x400
-v_lshlrev_b32_e32 v1, 4, v0
 s_mov_b32 m0, 0x100
+v_lshlrev_b32_e32 v1, 4, v0        ; also the one wait state an SALU write of M0 needs before LDS DMA
 buffer_load_dwordx4 v1, s[8:11], 0 offen offset:16 lds
 s_waitcnt vmcnt(0)
 v_lshlrev_b32_e32 v2, 2, v0
@@ -207,11 +207,11 @@ def test_lds_dma_lane_stride_is_16_bytes_for_dwordx3_and_4_for_short_loads():
     inp = np.arange(256, dtype=np.uint32) + 1
     body = RSRC + """
 s_mov_b32 s10, 0x400
-v_mul_u32_u24_e32 v1, 12, v0
 s_mov_b32 m0, 0
+v_mul_u32_u24_e32 v1, 12, v0
 buffer_load_dwordx3 v1, s[8:11], 0 offen lds
-v_lshlrev_b32_e32 v2, 2, v0
 s_movk_i32 m0, 0x400
+v_lshlrev_b32_e32 v2, 2, v0
 buffer_load_ushort v2, s[8:11], 0 offen lds
 s_waitcnt vmcnt(0)
 v_lshlrev_b32_e32 v3, 4, v0

@@ -192,8 +192,9 @@ def test_lane_access_ops():
 def test_permlane_swaps():
     x = np.arange(64, dtype=np.uint32)
     y = np.arange(100, 164, dtype=np.uint32)
-    out = run_valu("v_mov_b32_e32 v20, v10\nv_mov_b32_e32 v21, v11\nv_permlane16_swap_b32_e32 v20, v21\n"
-                   "v_mov_b32_e32 v22, v10\nv_mov_b32_e32 v23, v11\nv_permlane32_swap_b32_e32 v22, v23", [x, y], 4)
+    out = run_valu("v_mov_b32_e32 v20, v10\nv_mov_b32_e32 v21, v11\ns_nop 1\nv_permlane16_swap_b32_e32 v20, v21\n"
+                   "v_mov_b32_e32 v22, v10\nv_mov_b32_e32 v23, v11\ns_nop 1\nv_permlane32_swap_b32_e32 v22, v23",
+                   [x, y], 4)      # s_nop 1: VALU write -> permlane read needs 2 wait states
     # permlane16: odd rows of vdst <-> even rows of vsrc
     want_d, want_s = x.copy(), y.copy()
     for r in (1, 3):

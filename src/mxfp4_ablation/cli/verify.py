@@ -19,15 +19,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from . import emit
 
     result = runner.verify(args.variant, shapes.resolve(args.shape), backend=args.backend,
-                           seed=args.seed, hazards="report", processes=args.processes)
+                           seed=args.seed, hazards="report", processes=args.processes,
+                           delivery=args.delivery, wave_order=args.wave_order, delivery_seed=args.delivery_seed)
     text = (f"{'PASS' if result['passed'] else 'FAIL'} {result['variant']} {args.shape} "
-            f"backend={result['backend']} hazards={result['hazards']} ({result['seconds']} s)")
+            f"backend={result['backend']}{_modes(args)} hazards={result['hazards']} ({result['seconds']} s)")
     for name, o in result["outputs"].items():
         text += "\n" + _output_line(name, o)
     for report in result["hazard_reports"]:
         text += f"\n  hazard: {report}"
+    if result.get("wait_state_hazards"):
+        text += f"\n  wait-state hazards (s_nop): {result['wait_state_hazards']}"
+        for report in result["wait_state_reports"][:2]:
+            text += f"\n  wait states: {report}"
     emit(args, result, text)
     return 0 if result["passed"] else 1
+
+
+def _modes(args) -> str:
+    if (args.delivery, args.wave_order) == ("issue", "forward"):
+        return ""
+    return f" delivery={args.delivery} wave-order={args.wave_order} delivery-seed={args.delivery_seed}"
 
 
 def register(sub) -> None:
@@ -43,5 +54,10 @@ def register(sub) -> None:
     p.add_argument("--backend", choices=("emulator", "device", "emulated-device"), default="emulator")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--processes", type=int, default=1, help="emulator worker processes (workgroups in parallel)")
+    p.add_argument("--delivery", choices=("issue", "late", "random"), default="issue",
+                   help="emulator: when loads land (late: only when a wait forces it; random: seeded)")
+    p.add_argument("--wave-order", choices=("forward", "reverse", "random"), default="forward",
+                   help="emulator: wave scheduling order (random: seeded interleaving)")
+    p.add_argument("--delivery-seed", type=int, default=0, help="seed of the random delivery / wave order")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_verify)
