@@ -490,7 +490,12 @@ def _launch_timing(L, wgs, hazards, flops, sample, overrides, trace, t0):
             waves.append(w)
         done.append((wg, waves))
         return waves
-    timing = T.simulate(L, wgs, make_waves, sample=sample, flops=flops, overrides=overrides, trace=trace)
+    touched = T.track_touched(L.mem)
+    try:
+        timing = T.simulate(L, wgs, make_waves, sample=sample, flops=flops, overrides=overrides, trace=trace,
+                            touched=touched)
+    finally:
+        touched.detach()
     L.write_back()
     results = [(wg, [w.counts[:-1] for w in ws]) for wg, ws in done]
     return Result([], _make_stats(prog, results), time.perf_counter() - t0, timing)

@@ -49,8 +49,47 @@ def _hot_loop(prog, counts):
     return (best[1], best[2]) if best else None
 
 
+class track_touched:
+    """Records which argument buffers (and 128-byte lines) the sampled workgroups' VMEM ops touch,
+    by wrapping the launch memory's address checks (``starts`` / ``offsets``) while the model runs."""
+
+    LINE = 128
+
+    def __init__(self, mem):
+        self.mem = mem
+        self.lines = set()
+        self.regions = set()
+        self._starts, self._offsets = mem.starts, mem.offsets
+        mem.starts = self._wrap(self._starts)
+        mem.offsets = self._wrap(self._offsets)
+
+    def _wrap(self, fn):
+        def f(addrs, nbytes, line):
+            out = fn(addrs, nbytes, line)
+            if out.size:
+                off = (out[:, 0] if out.ndim == 2 else out).astype(np.int64)
+                self.lines.update(np.unique(off // self.LINE).tolist())
+                st = self.mem._starts
+                self.regions.update(np.unique(np.searchsorted(st, off, side="right") - 1).tolist())
+            return out
+        return f
+
+    def detach(self):
+        self.mem.starts, self.mem.offsets = self._starts, self._offsets
+
+    def buffer_bytes(self) -> int:
+        """Total size of the argument buffers touched (kernarg / dispatch packet excluded)."""
+        tot = 0
+        for k in self.regions:
+            if 0 <= k < len(self.mem.regions):
+                name, _, n = self.mem.regions[k]
+                if name.startswith("arg"):
+                    tot += int(n)
+        return tot
+
+
 def simulate(L, wgs, make_waves, *, sample=None, flops=None, params=None, overrides=None, trace=False,
-             occupancy=None) -> dict:
+             occupancy=None, touched=None) -> dict:
     """Run the timing model for launch state ``L`` (machine._Launch) over workgroup list ``wgs``;
     returns the JSON-ready ``res.timing`` dict."""
     p = params or Params(overrides=overrides)
@@ -78,7 +117,7 @@ def simulate(L, wgs, make_waves, *, sample=None, flops=None, params=None, overri
     sim_cycles = max(r["end"] for r in cu.wg_records)
     kern = _grid.kernel(p, prog, L, n_wg=len(wgs), share=share, sampled=len(chosen), sim_cycles=sim_cycles,
                         occupancy=occ, vmem_bytes=cu.vmem_bytes, mfma_flops=cu.mfma_flops,
-                        flops=flops)
+                        flops=flops, touched=touched)
     out["kernel"] = kern
     out["occupancy_workgroups_per_cu"] = occ
     out["grid_workgroups"] = len(wgs)

@@ -5,8 +5,8 @@ Compute path: the simulated first CU (it receives ceil(n / 256) workgroups, the 
 so it finishes last); when fewer workgroups than its share were simulated, its time is scaled by
 share / simulated.  Memory floor: ``bytes_l2`` = bytes the sampled workgroups requested through
 VMEM, times n / simulated, over the aggregate L2 bandwidth (8 x 2048 B/clock); ``bytes_hbm`` =
-compulsory traffic, every argument buffer once (the 256 MB MALL holds the operands of the shapes
-studied here), capped at ``bytes_l2``, over 8 TB/s.  Not modelled: L2 capacity misses from the
+compulsory traffic, every argument buffer the sampled workgroups touch, once (the 256 MB MALL
+holds the operands of the shapes studied here), capped at ``bytes_l2``, over 8 TB/s.  Not modelled: L2 capacity misses from the
 tile order (a workgroup order whose concurrent footprint exceeds 4 MB per XCD), MALL bandwidth,
 clock ramp, DVFS.
 """
@@ -42,7 +42,7 @@ def occupancy(prog, nwaves: int, lds_size: int, p) -> int:
 
 
 def kernel(p, prog, L, *, n_wg, share, sampled, sim_cycles, occupancy, vmem_bytes, mfma_flops, flops=None,
-           clock_ghz=None) -> dict:
+           clock_ghz=None, touched=None) -> dict:
     clk = float(clock_ghz or p.clock_sustained_ghz)
     ncu = int(p.device_xcds) * int(p.device_cus_per_xcd)
     # the first CU runs `share` workgroups, `occupancy` at a time; scale the simulated rounds up
@@ -51,7 +51,12 @@ def kernel(p, prog, L, *, n_wg, share, sampled, sim_cycles, occupancy, vmem_byte
     compute_cycles = sim_cycles * cu_rounds / sim_rounds
     compute_us = compute_cycles / (clk * 1e3)
     bytes_l2 = int(vmem_bytes * n_wg / max(1, sampled))
-    buf = sum(int(view.size) for _, view, _ in getattr(L, "mapped", []))
+    if touched is not None:
+        buf = touched.buffer_bytes()
+        footprint = len(touched.lines) * touched.LINE // max(1, sampled)
+    else:
+        buf = sum(int(view.size) for _, view, _ in getattr(L, "mapped", []))
+        footprint = None
     bytes_hbm = int(min(buf, bytes_l2)) if bytes_l2 else int(buf)
     l2_bw = float(p.device_l2_bytes_per_clock_per_xcd) * int(p.device_xcds) * clk * 1e9
     mem_us = max(bytes_hbm / float(p.device_hbm_bytes_per_s), bytes_l2 / l2_bw) * 1e6
@@ -79,4 +84,5 @@ def kernel(p, prog, L, *, n_wg, share, sampled, sim_cycles, occupancy, vmem_byte
         "flops_source": flops_source,
         "cus": ncu,
         "workgroups_first_cu": int(share),
+        "footprint_bytes_per_workgroup": footprint,
     }

@@ -1,0 +1,51 @@
+"""Chrome-trace / Perfetto JSON of a timing run: one track per wave, one per MFMA pipe.
+
+Open the file in https://ui.perfetto.dev or chrome://tracing.  Times are in microseconds at the
+model's clock (the track names say so); each slice is one issued instruction (its issue slot; an
+MFMA's slice on its SIMD's pipe track covers its passes).
+"""
+from __future__ import annotations
+
+import json
+
+
+def chrome_trace(timing: dict, prog, *, max_events: int = 400_000) -> dict:
+    """The trace dict of ``res.timing`` from ``launch(..., timing=True, timing_trace=True)``."""
+    ev = timing.get("trace_events")
+    if ev is None:
+        raise ValueError("this timing result has no timeline; run launch(..., timing=True, timing_trace=True)")
+    clk = float(timing["clock_ghz"])
+    us = 1.0 / (clk * 1e3)
+    out = [
+        {"ph": "M", "pid": 0, "name": "process_name",
+         "args": {"name": f"waves (modelled, gfx950emu.timing {timing['model_version']}, {clk} GHz)"}},
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "MFMA pipes (one per SIMD)"}},
+    ]
+    seen = set()
+    for wgi, wave, simd, idx, t, end, kind in ev[:max_events]:
+        tid = wgi * 64 + wave
+        if tid not in seen:
+            seen.add(tid)
+            out.append({"ph": "M", "pid": 0, "tid": tid, "name": "thread_name",
+                        "args": {"name": f"wg{wgi} wave{wave} (SIMD {simd})"}})
+        d = prog.decoded[idx]
+        slot_end = t + 4 if kind == "mfma" else end
+        out.append({"ph": "X", "pid": 0, "tid": tid, "name": d.opcode, "cat": kind, "ts": t * us,
+                    "dur": max(1, slot_end - t) * us, "args": {"line": d.line, "cycle": t}})
+        if kind == "mfma":
+            if ("p", simd) not in seen:
+                seen.add(("p", simd))
+                out.append({"ph": "M", "pid": 1, "tid": simd, "name": "thread_name", "args": {"name": f"SIMD {simd} MFMA"}})
+            out.append({"ph": "X", "pid": 1, "tid": simd, "name": d.opcode, "cat": "mfma", "ts": t * us,
+                        "dur": (end - t) * us, "args": {"line": d.line, "wave": f"wg{wgi} wave{wave}", "cycle": t}})
+    return {"traceEvents": out, "displayTimeUnit": "ns",
+            "otherData": {"label": "modelled", "model_version": timing["model_version"], "clock_ghz": clk}}
+
+
+def write(path, timing: dict, prog) -> None:
+    data = chrome_trace(timing, prog)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    import os
+    os.replace(tmp, path)
