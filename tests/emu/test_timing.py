@@ -21,15 +21,18 @@ def micro_rows():
 @pytest.mark.parametrize("case", [c[0] for c in micro.cases()])
 def test_micro_kernel_matches_documented_cycles(micro_rows, case):
     r = micro_rows[case]
-    assert r["modelled_cycles"] == pytest.approx(r["expected_cycles"]), r["what"]
+    # pipe-throughput cases end on the wave's next 4-cycle issue slot: exact to slot / N
+    tol = 4 / micro.N if "ds_read" in case else 0
+    assert r["modelled_cycles"] == pytest.approx(r["expected_cycles"], abs=tol), r["what"]
 
 
 def test_micro_documented_values_are_the_issue_numbers(micro_rows):
     # the values issue #10 names: FP4 MFMA 16 cycles, FP8 32; bank conflicts scale the DS cost
     assert micro_rows["fp4_mfma_stream"]["modelled_cycles"] == 16
     assert micro_rows["fp8_mfma_stream"]["modelled_cycles"] == 32
-    assert micro_rows["ds_read_b128_2way"]["modelled_cycles"] == 2 * micro_rows["ds_read_b128_1way"]["modelled_cycles"]
-    assert micro_rows["ds_read_b128_4way"]["modelled_cycles"] == 4 * micro_rows["ds_read_b128_1way"]["modelled_cycles"]
+    one = micro_rows["ds_read_b128_1way"]["modelled_cycles"]
+    assert micro_rows["ds_read_b128_2way"]["modelled_cycles"] == pytest.approx(2 * one, abs=0.2)
+    assert micro_rows["ds_read_b128_4way"]["modelled_cycles"] == pytest.approx(4 * one, abs=0.2)
 
 
 @pytest.fixture(scope="module")

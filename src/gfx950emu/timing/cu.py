@@ -38,6 +38,7 @@ _TRANS = ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_")
 _VMEM_BYTES = (("dwordx4", 16), ("dwordx3", 12), ("dwordx2", 8), ("dword", 4), ("ubyte", 1), ("sbyte", 1),
                ("ushort", 2), ("sshort", 2), ("short", 2), ("byte", 1), ("b128", 16), ("b96", 12), ("b64", 8),
                ("b32", 4), ("b16", 2), ("u16", 2), ("i16", 2), ("b8", 1), ("u8", 1), ("i8", 1))
+_EXPOSED_AS = {"mfma_pipe": "dependency", "vmem_pipe": "other"}
 REASONS = ("vmcnt", "lgkmcnt", "barrier", "dependency", "issue", "lds_bank", "other")
 _FLOP_CLASS = {"fp4": "fp4", "fp6": "fp4", "bf6": "fp4", "fp8": "fp8", "bf8": "fp8", "f16": "f16",
                "bf16": "f16", "xf32": "xf32", "f32": "f32", "f64": "f64", "i8": "fp8"}
@@ -238,6 +239,9 @@ class CU:
         self.last_used = [dict() for _ in range(self.nsimd)]
         self.vmem_free = 0
         self.lds_free = 0
+        self.vmem_q, self.lds_q = [], []        # start cycles of queued instructions (CU pipes)
+        self.vmem_depth = int(p.vmem_queue_depth)
+        self.lds_depth = int(p.lds_queue_depth)
         self.heap = []
         self.seq = 0
         self.age = 0
@@ -328,11 +332,13 @@ class CU:
                 if pf > need:
                     need, reason = pf, "mfma_pipe"
             elif kind == "lds":
-                if self.lds_free > need:
-                    need, reason = self.lds_free, "lds_bank"
+                e = _queue_full_until(self.lds_q, self.lds_depth, need)
+                if e > need:
+                    need, reason = e, "lds_bank"
             elif kind == "vmem":
-                if self.vmem_free > need:
-                    need, reason = self.vmem_free, "issue"
+                e = _queue_full_until(self.vmem_q, self.vmem_depth, need)
+                if e > need:
+                    need, reason = e, "vmem_pipe"
         if need > t:
             need += (tw.simd - need) % slot
             self._stall(tw, t, need, reason)
@@ -408,7 +414,7 @@ class CU:
         for s0, s1, r in tw.segs:
             lo, hi = max(s0, a), min(s1, b)
             if hi > lo:
-                r = "dependency" if r == "mfma_pipe" else r
+                r = _EXPOSED_AS.get(r, r)
                 self.exposed[r] += hi - lo
                 covered += hi - lo
         self.exposed["issue"] += max(0, (b - a) - covered)
@@ -451,6 +457,7 @@ class CU:
         data = -(-nbytes // int(p.vmem_l1_bytes_per_clock))
         start = max(t, self.vmem_free)
         self.vmem_free = start + max(int(p.vmem_issue_cycles), data)
+        _enqueue(self.vmem_q, start, t)
         done = start + data + int(p.vmem_latency_cycles)
         if st.lds_dma:
             done += -(-nbytes // int(p.lds_dma_write_bytes_per_clock))
@@ -477,6 +484,7 @@ class CU:
             cyc = 1
         start = max(t, self.lds_free)
         self.lds_free = start + cyc
+        _enqueue(self.lds_q, start, t)
         done = start + cyc + int(p.lds_latency_cycles)
         if len(tw.lgkm) > 64:
             _retire(tw.lgkm, 0, t)
@@ -518,9 +526,28 @@ class CU:
         self._maybe_release(rec)
         if rec["live"] == 0:
             rec["end"] = max(x.end for x in rec["waves"])
+            for s2 in {x.simd for x in rec["waves"]}:       # SIMDs idle while the workgroup's last wave drains
+                if self.simd_first[s2] is not None and self.accounted[s2] < rec["end"]:
+                    self.exposed["other"] += rec["end"] - max(self.accounted[s2], self.pipe_free[s2])
+                    self.accounted[s2] = rec["end"]
             del self.resident[tw.wgi]
             if self.pending:
                 self._dispatch(rec["end"] + int(self.p.device_workgroup_dispatch_cycles))
+
+
+def _queue_full_until(q, depth, t):
+    """Earliest cycle >= t at which fewer than ``depth`` queued instructions have not started."""
+    waiting = [s for s in q if s > t]
+    if len(waiting) < depth:
+        return t
+    waiting.sort()
+    return waiting[len(waiting) - depth]
+
+
+def _enqueue(q, start, t):
+    if len(q) > 32:
+        q[:] = [s for s in q if s > t]
+    q.append(start)
 
 
 def _wait_until(q, n, t):

@@ -104,8 +104,9 @@ def cases(p: Params | None = None) -> list:
     phases = 64 * 16 // rd
     for way, stride in ((0, 16), (2, 32), (4, 64)):
         setup = [f"v_mul_u32_u24_e32 v41, {stride}, v0"]
-        reads = [f"ds_read_b128 v[{60 + 4 * (j % 8)}:{63 + 4 * (j % 8)}], v41 offset:{j * 0}" for j in range(N)]
-        out.append((f"ds_read_b128_{way or 1}way", setup + reads + ["s_waitcnt lgkmcnt(0)"], ("interval", "lds"),
+        reads = [f"ds_read_b128 v[{60 + 4 * (j % 8)}:{63 + 4 * (j % 8)}], v41" for j in range(N)]
+        out.append((f"ds_read_b128_{way or 1}way", setup + reads + ["s_waitcnt lgkmcnt(0)"],
+                    ("drain", "lds", int(p.lds_latency_cycles)),
                     max(slot, phases * max(1, way)),
                     f"ds_read_b128, lane stride {stride} B ({'no' if not way else f'{way}-way'} bank conflict, "
                     f"{banks} banks): cycles per instruction"))
@@ -133,6 +134,12 @@ def measure(res, what) -> float:
         # steady state: skip the first quarter
         k = len(ts) // 4
         return (ts[-1] - ts[k]) / (len(ts) - 1 - k)
+    if how == "drain":
+        # pipe throughput: first op's issue to the issue of the s_waitcnt that waits for all of them,
+        # less the pipe's latency, per op (the wait issues on the wave's next 4-cycle slot: +-slot/N)
+        ts = [e[4] for e in ev if e[6] == what[1]]
+        wait = next(e[4] for e in ev if e[6] == "waitcnt" and e[4] > ts[-1])
+        return (wait - ts[0] - what[2]) / len(ts)
     if how == "gap":
         first = next(e[4] for e in ev if e[6] == what[1])
         last = [e[4] for e in ev if e[6] == what[2] and e[4] > first]

@@ -1,0 +1,182 @@
+"""Modelled timing of a kernel variant: compile it, run :mod:`gfx950emu.timing` over its full grid.
+
+Every dict returned here is labelled ``label="modelled"`` and carries ``model_version`` and
+``clock_ghz`` (the model's single fitted parameter, see ``gfx950emu/timing/gfx950.toml``); the
+flop count is the kernel module's ``flops(**shape)``, never counted from the ISA.  Results are
+cached on disk like compiles (``paths.cache_dir()/timing``), keyed by the ISA's hash, the shape,
+the sample, and the model version + parameter file, so ``make reproduce`` pays one timing run per
+(variant, shape).
+
+    from mxfp4_ablation import modelled
+    r = modelled.model("gemm-v7", (8192, 8192, 8192))
+    r["kernel"]["tflops"], r["cycles_per_mfma_loop"], r["exposed"]
+
+:func:`model_isa` does the same for any ISA text (e.g. upstream FlyDSL's own kernel) with
+caller-built arguments, and :func:`flydsl_upstream` for the ready-made upstream ISA files of
+``mxfp4_ablation.upstream`` (``<out>/flydsl/<commit8>/M<M>_N<N>_K<K>.s`` + ``.json``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import paths
+
+LABEL = "modelled"
+#: res.timing keys copied into every result (the big ones -- by_instruction -- only with full=True)
+_KEEP = ("cycles", "wave_cycles", "mfma_count", "cycles_per_mfma_loop", "mfma_busy", "exposed", "hot_loop",
+         "sampled_workgroups", "occupancy_workgroups_per_cu", "grid_workgroups", "lds_conflict_cycles",
+         "model_version", "clock_ghz", "kernel")
+
+
+def _timing():
+    import gfx950emu.timing as T
+
+    return T
+
+
+def model_fingerprint() -> str:
+    """Model version + a digest of the parameter file (a changed parameter invalidates the cache)."""
+    T = _timing()
+    digest = hashlib.sha256(Path(T.PARAMS_FILE).read_bytes()).hexdigest()[:12]
+    cu = Path(T.__file__).with_name("cu.py").read_bytes() + Path(T.__file__).with_name("grid.py").read_bytes()
+    return f"{T.model_version()}+{digest}+{hashlib.sha256(cu).hexdigest()[:8]}"
+
+
+def _cache_file(key: str) -> Path:
+    return paths.cache_dir() / "timing" / key[:2] / f"{key}.json"
+
+
+def _cache_load(key: str) -> dict | None:
+    try:
+        return json.loads(_cache_file(key).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _cache_store(key: str, data: dict) -> None:
+    path = _cache_file(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)
+
+
+def _prepare(variant_name: str, shape: tuple, seed: int) -> dict:
+    """Everything the timing run needs from the study side, in one place (compile + kernel module
+    contract: ``make_inputs``, ``kernel_args``, ``launch_config``, ``flops``)."""
+    from . import toolchain, variants
+
+    variant = variants.get(variant_name)
+    params = variant.params(tuple(shape))
+    module = importlib.import_module(variants.KERNEL_MODULES[variant.family])
+    missing = [n for n in ("make_inputs", "kernel_args", "launch_config", "flops") if not hasattr(module, n)]
+    if missing:
+        raise ValueError(f"{module.__name__} does not provide {', '.join(missing)} (needed to model it)")
+    shape_args = {k: v for k, v in params.items() if k not in variant.switches}
+    art = toolchain.compile(variant.target, params)
+
+    def make_args():
+        inputs = module.make_inputs(**shape_args, seed=seed)
+        func = module.kernel_args
+        sig = inspect.signature(func).parameters.values()
+        if any(p.kind is p.VAR_KEYWORD for p in sig) or variant.switches & {p.name for p in sig}:
+            return func(inputs, **{name: True for name in sorted(variant.switches)})
+        return func(inputs)
+
+    grid, block = module.launch_config(**shape_args)
+    return {"isa": art.isa, "isa_key": art.key, "grid": tuple(grid), "block": tuple(block), "make_args": make_args,
+            "flops": float(module.flops(**shape_args)), "variant": variant.name, "family": variant.family,
+            "shape_args": shape_args}
+
+
+def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=None, trace: str | None = None,
+              use_cache: bool = True, key_extra: Any = None, kernel: str | None = None,
+              full: bool = False) -> dict:
+    """Timing-model one ISA text over ``grid`` x ``block``; ``make_args()`` builds the launch args
+    (called only on a cache miss).  Returns the modelled dict (see the module doc)."""
+    import gfx950emu
+
+    fp = model_fingerprint()
+    key = hashlib.sha256(json.dumps([hashlib.sha256(isa.encode()).hexdigest(), list(grid), list(block), flops,
+                                     sample, fp, key_extra, kernel], default=str).encode()).hexdigest()
+    if use_cache and not trace:
+        hit = _cache_load(key)
+        if hit is not None:
+            hit["cached"] = True
+            return hit if full else {k: v for k, v in hit.items() if k != "by_instruction"}
+    prog = gfx950emu.load(isa, kernel=kernel)
+    res = gfx950emu.launch(prog, grid, block, make_args(), timing=True, flops=flops, timing_sample=sample,
+                           timing_trace=bool(trace))
+    t = res.timing
+    if trace:
+        from gfx950emu.timing import trace as _trace
+
+        _trace.write(trace, t, prog)
+    out = {k: t[k] for k in _KEEP if k in t}
+    out.update(label=LABEL, model_fingerprint=fp, kernel_name=prog.name, emulator_seconds=round(res.seconds, 2),
+               by_instruction=t["by_instruction"], cached=False)
+    _cache_store(key, out)
+    return out if full else {k: v for k, v in out.items() if k != "by_instruction"}
+
+
+def model(variant: str, shape, *, seed: int = 0, sample=None, trace: str | None = None, use_cache: bool = True,
+          full: bool = False) -> dict:
+    """Modelled timing of ``variant`` at ``shape`` over its full grid (sampled workgroups, see
+    ``gfx950emu.timing``): ``label``, ``model_version``, ``clock_ghz``, ``kernel`` (us, tflops,
+    bound, rounds, bytes...), ``cycles``, ``cycles_per_mfma_loop``, ``mfma_busy``, ``exposed``, ...
+    (``full=True`` adds ``by_instruction``)."""
+    prep = _prepare(variant, tuple(shape), seed)
+    out = model_isa(prep["isa"], prep["grid"], prep["block"], prep["make_args"], flops=prep["flops"], sample=sample,
+                    trace=trace, use_cache=use_cache, key_extra=["variant", seed], full=full)
+    out.update(variant=prep["variant"], family=prep["family"], shape=list(shape), isa_key=prep["isa_key"], seed=seed)
+    return out
+
+
+# ------------------------------------------------------------------------ upstream FlyDSL ----
+def flydsl_upstream_args(meta: dict, M: int, N: int, K: int):
+    """Zero-filled arguments for FlyDSL's ``fp4_gemm_4wave`` kernel (flattened 1-D tensors, each
+    followed by an i32 element count, then c_m, c_n -- the ``.json`` sidecar names them): A
+    uint8[M*K/2], B_T uint8[N*K/2], C bf16[M*N], A_scale / B_scale uint8[M*K/32] / [N*K/32]."""
+    import numpy as np
+
+    sizes = {"A": M * K // 2, "B_T": N * K // 2, "C": M * N * 2, "A_scale": M * K // 32, "B_scale": N * K // 32}
+    elems = {"A": M * K // 2, "B_T": N * K // 2, "C": M * N, "A_scale": M * K // 32, "B_scale": N * K // 32}
+    args = []
+    for a in meta["args"]:
+        name = a["name"]
+        if a["value_kind"] == "global_buffer":
+            if name not in sizes:
+                raise ValueError(f"upstream kernel argument {name!r} is not one of {', '.join(sizes)}")
+            args.append(np.zeros(sizes[name], np.uint8))
+        elif name.endswith(".layout"):
+            args.append(elems[name[:-len(".layout")]])
+        elif name in ("c_m", "c_n"):
+            args.append(M if name == "c_m" else N)
+        else:
+            raise ValueError(f"upstream kernel argument {name!r} is not known")
+    return args
+
+
+def flydsl_upstream(out_dir, commit8: str, M: int, N: int, K: int, **kw) -> dict:
+    """Model the upstream ISA ``<out_dir>/flydsl/<commit8>/M<M>_N<N>_K<K>.s`` (with its ``.json``)."""
+    base = Path(out_dir) / "flydsl" / commit8 / f"M{M}_N{N}_K{K}"
+    try:
+        isa = base.with_suffix(".s").read_text()
+        meta = json.loads(base.with_suffix(".json").read_text())
+    except OSError as err:
+        raise ValueError(f"no upstream ISA at {base}.s/.json ({err.strerror}); run python -m mxfp4_ablation.upstream "
+                         f"compile first") from None
+    out = model_isa(isa, tuple(meta["grid"]), tuple(meta["block"]), lambda: flydsl_upstream_args(meta, M, N, K),
+                    flops=2.0 * M * N * K, **kw)
+    out.update(source="flydsl", commit=meta.get("commit"), file=f"{base}.s", shape=[M, N, K],
+               compile_command=meta.get("command"))
+    return out
