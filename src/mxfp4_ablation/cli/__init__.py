@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 #: Modules that add subcommands; a missing one is skipped (it lands with its own feature).
-EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify")
+EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify", "mxfp4_ablation.cli.model")
 
 
 class UsageError(Exception):
