@@ -180,3 +180,129 @@ def flydsl_upstream(out_dir, commit8: str, M: int, N: int, K: int, **kw) -> dict
     out.update(source="flydsl", commit=meta.get("commit"), file=f"{base}.s", shape=[M, N, K],
                compile_command=meta.get("command"))
     return out
+
+
+# ------------------------------------------------------------------ validation vs published ----
+COMMITS = {"before_990": "daee90e4", "after_990": "741f3d6d"}
+SHAPES = ((8192, 8192, 8192), (8192, 8192, 16384), (16384, 16384, 8192), (16384, 16384, 16384))
+#: the one published point the clock is fitted on (gfx950.toml [clock].sustained_ghz)
+FIT_POINT = ("after_990", (8192, 8192, 8192))
+
+
+def published_gemm() -> dict:
+    """{(stage, (M, N, K)): TFLOPS} from experiments/reference/gemm_published.csv (FlyDSL PR #990)."""
+    import csv
+
+    with open(paths.reference_dir() / "gemm_published.csv") as f:
+        return {(r["stage"], (int(r["M"]), int(r["N"]), int(r["K"]))): float(r["tflops"]) for r in csv.DictReader(f)}
+
+
+def upstream_validation(out_dir, *, sample=1, shapes=SHAPES, use_cache: bool = True) -> list:
+    """Model FlyDSL's fp4_gemm_4wave before / after PR #990 at the PR's shapes; one row per point
+    with the published TFLOPS beside the modelled ones (at the model's frozen clock)."""
+    pub = published_gemm()
+    rows = []
+    for M, N, K in shapes:
+        for stage, c8 in COMMITS.items():
+            r = flydsl_upstream(out_dir, c8, M, N, K, sample=sample, use_cache=use_cache)
+            k = r["kernel"]
+            p = pub.get((stage, (M, N, K)))
+            rows.append({"label": LABEL, "source": "flydsl", "stage": stage, "commit": r["commit"], "M": M, "N": N,
+                         "K": K, "file": r["file"], "modelled_tflops": k["tflops"], "modelled_us": k["us"],
+                         "bound": k["bound"], "compute_cycles": k["compute_cycles"],
+                         "cycles_per_mfma_loop": r["cycles_per_mfma_loop"], "mfma_busy": r["mfma_busy"][0],
+                         "clock_ghz": k["clock_ghz"], "model_version": r["model_version"],
+                         "model_fingerprint": r["model_fingerprint"], "sample": sample,
+                         "published_tflops": p,
+                         "error_pct": round(100 * (k["tflops"] / p - 1), 2) if p else None,
+                         "exposed": r["exposed"], "kernel": k})
+    return rows
+
+
+def ratio_table(rows) -> list:
+    """Per shape: modelled and published after/before and aiter-asm/after ratios, error in points."""
+    pub = published_gemm()
+    by = {(r["stage"], (r["M"], r["N"], r["K"])): r for r in rows}
+    out = []
+    for shape in sorted({(r["M"], r["N"], r["K"]) for r in rows}):
+        b, a = by.get(("before_990", shape)), by.get(("after_990", shape))
+        if not (a and b):
+            continue
+        mod = a["modelled_tflops"] / b["modelled_tflops"]
+        pb = pub[("after_990", shape)] / pub[("before_990", shape)]
+        asm = pub.get(("aiter_asm", shape))
+        out.append({"label": LABEL, "M": shape[0], "N": shape[1], "K": shape[2],
+                    "modelled_after_over_before": round(mod, 4), "published_after_over_before": round(pb, 4),
+                    "error_pp": round(100 * (mod - pb), 2),
+                    "published_aiter_asm_over_after": round(asm / pub[("after_990", shape)], 4) if asm else None,
+                    "modelled_aiter_asm_over_after": None,
+                    "clock_ghz": a["clock_ghz"], "model_version": a["model_version"]})
+    return out
+
+
+def fit_clock(rows, point=FIT_POINT) -> float:
+    """The clock (GHz) at which the model matches the published TFLOPS of ``point`` (the one fit)."""
+    from gfx950emu.timing import Params, grid
+
+    stage, shape = point
+    row = next(r for r in rows if r["stage"] == stage and (r["M"], r["N"], r["K"]) == tuple(shape))
+    return grid.fit_clock(row["kernel"], row["published_tflops"], Params())
+
+
+def write_validation(out_dir, path, *, sample=1) -> list:
+    """Write the validation CSV (numbers only; commit ids, file, command, model version per row)."""
+    import csv
+
+    rows = upstream_validation(out_dir, sample=sample)
+    cmd = f"PYTHONPATH=src python -m mxfp4_ablation.modelled validate --upstream-out {out_dir} --sample {sample}"
+    cols = ["label", "source", "stage", "commit", "M", "N", "K", "modelled_tflops", "published_tflops", "error_pct",
+            "modelled_us", "bound", "compute_cycles", "cycles_per_mfma_loop", "mfma_busy", "clock_ghz",
+            "model_version", "model_fingerprint", "sample", "file", "command"]
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "command": cmd})
+        for q in ratio_table(rows):
+            w.writerow({"label": LABEL, "source": "ratio after/before", "stage": "after_990/before_990",
+                        "M": q["M"], "N": q["N"], "K": q["K"], "modelled_tflops": q["modelled_after_over_before"],
+                        "published_tflops": q["published_after_over_before"], "error_pct": q["error_pp"],
+                        "clock_ghz": q["clock_ghz"], "model_version": q["model_version"], "sample": sample,
+                        "command": cmd})
+    os.replace(tmp, path)
+    return rows
+
+
+def main(argv=None) -> int:
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m mxfp4_ablation.modelled")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    v = sub.add_parser("validate", help="model upstream FlyDSL before/after PR #990 and compare with published")
+    v.add_argument("--upstream-out", required=True, help="the upstream ISA folder (<out>/flydsl/<commit8>/...)")
+    v.add_argument("--sample", type=int, default=1)
+    v.add_argument("--write", help="write the CSV here")
+    v.add_argument("--fit", action="store_true", help="print the clock fitted on FIT_POINT")
+    ns = ap.parse_args(argv)
+    try:
+        rows = write_validation(ns.upstream_out, ns.write, sample=ns.sample) if ns.write else \
+            upstream_validation(ns.upstream_out, sample=ns.sample)
+    except ValueError as err:
+        print(f"python -m mxfp4_ablation.modelled: {err}", file=sys.stderr)
+        return 2
+    for r in rows:
+        print(f"{r['stage']:<11} {r['M']:>5} {r['N']:>5} {r['K']:>5}  modelled {r['modelled_tflops']:8.1f}  "
+              f"published {r['published_tflops']}  error {r['error_pct']:+.1f} %  ({r['bound']}, "
+              f"{r['cycles_per_mfma_loop']} cyc/MFMA, clock {r['clock_ghz']} GHz)")
+    for q in ratio_table(rows):
+        print(f"after/before {q['M']},{q['N']},{q['K']}: modelled {q['modelled_after_over_before']:.4f} "
+              f"published {q['published_after_over_before']:.4f} error {q['error_pp']:+.2f} pp")
+    if ns.fit:
+        print(f"clock fitted on {FIT_POINT}: {fit_clock(rows):.4f} GHz")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -86,3 +86,28 @@ def kernel(p, prog, L, *, n_wg, share, sampled, sim_cycles, occupancy, vmem_byte
         "workgroups_first_cu": int(share),
         "footprint_bytes_per_workgroup": footprint,
     }
+
+
+def at_clock(kern: dict, clock_ghz: float, p) -> dict:
+    """The same kernel figures at another clock (compute cycles and bytes fixed)."""
+    out = dict(kern)
+    clk = float(clock_ghz)
+    compute_us = kern["compute_cycles"] / (clk * 1e3)
+    l2_bw = float(p.device_l2_bytes_per_clock_per_xcd) * int(p.device_xcds) * clk * 1e9
+    mem_us = max(kern["bytes_hbm"] / float(p.device_hbm_bytes_per_s), kern["bytes_l2"] / l2_bw) * 1e6
+    us = max(compute_us, mem_us) + kern["launch_us"]
+    out.update(clock_ghz=clk, compute_us=round(compute_us, 3), memory_us=round(mem_us, 3), us=round(us, 3),
+               bound="compute" if compute_us >= mem_us else "memory",
+               tflops=round(kern["flops"] / (us * 1e-6) / 1e12, 2))
+    return out
+
+
+def fit_clock(kern: dict, tflops: float, p) -> float:
+    """The clock at which ``kern`` reaches ``tflops`` (compute-bound: us = cycles / f + launch)."""
+    us = kern["flops"] / (tflops * 1e12) * 1e6 - kern["launch_us"]
+    if us <= 0:
+        raise ValueError(f"{tflops} TFLOPS is faster than the launch overhead alone")
+    clk = kern["compute_cycles"] / (us * 1e3)
+    if at_clock(kern, clk, p)["bound"] != "compute":
+        raise ValueError("the fit point is memory-bound at the fitted clock; pick a compute-bound point")
+    return clk
