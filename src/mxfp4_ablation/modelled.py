@@ -100,14 +100,16 @@ def _prepare(variant_name: str, shape: tuple, seed: int) -> dict:
 
 def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=None, trace: str | None = None,
               use_cache: bool = True, key_extra: Any = None, kernel: str | None = None,
-              full: bool = False) -> dict:
+              full: bool = False, overrides: dict | None = None) -> dict:
     """Timing-model one ISA text over ``grid`` x ``block``; ``make_args()`` builds the launch args
     (called only on a cache miss).  Returns the modelled dict (see the module doc)."""
     import gfx950emu
 
     fp = model_fingerprint()
     key = hashlib.sha256(json.dumps([hashlib.sha256(isa.encode()).hexdigest(), list(grid), list(block), flops,
-                                     sample, fp, key_extra, kernel], default=str).encode()).hexdigest()
+                                     sample, fp, key_extra, kernel]
+                                    + ([sorted(overrides.items())] if overrides else []),
+                                    default=str).encode()).hexdigest()
     if use_cache and not trace:
         hit = _cache_load(key)
         if hit is not None:
@@ -115,14 +117,14 @@ def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=N
             return hit if full else {k: v for k, v in hit.items() if k != "by_instruction"}
     prog = gfx950emu.load(isa, kernel=kernel)
     res = gfx950emu.launch(prog, grid, block, make_args(), timing=True, flops=flops, timing_sample=sample,
-                           timing_trace=bool(trace))
+                           timing_trace=bool(trace), timing_params=overrides)
     t = res.timing
     if trace:
         from gfx950emu.timing import trace as _trace
 
         _trace.write(trace, t, prog)
     out = {k: t[k] for k in _KEEP if k in t}
-    out.update(label=LABEL, model_fingerprint=fp, kernel_name=prog.name, emulator_seconds=round(res.seconds, 2),
+    out.update(label=LABEL, model_fingerprint=fp, overrides=dict(overrides or {}), kernel_name=prog.name, emulator_seconds=round(res.seconds, 2),
                by_instruction=t["by_instruction"], cached=False)
     _cache_store(key, out)
     return out if full else {k: v for k, v in out.items() if k != "by_instruction"}
