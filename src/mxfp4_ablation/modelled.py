@@ -306,5 +306,32 @@ def main(argv=None) -> int:
     return 0
 
 
+
+#: low-confidence parameters and the values a what-if tries (never used to fit anything)
+SENSITIVITY = {
+    "issue.internal_instruction_cycles": (0, 4),
+    "vmem.queue_depth": (4, 8, 32),
+    "lds.queue_depth": (4, 8, 32),
+    "vmem.latency_cycles": (300, 500, 800),
+}
+
+
+def sensitivity(out_dir, shape=(8192, 8192, 8192), *, sample=1, table=SENSITIVITY) -> list:
+    """after/before ratio at ``shape`` when one low-confidence parameter takes another value."""
+    pub = published_gemm()
+    pb = pub[("after_990", tuple(shape))] / pub[("before_990", tuple(shape))]
+    rows = []
+    for key, values in table.items():
+        for v in values:
+            r = {s: flydsl_upstream(out_dir, c8, *shape, sample=sample, overrides={key: v}) for s, c8 in COMMITS.items()}
+            ratio = r["after_990"]["kernel"]["tflops"] / r["before_990"]["kernel"]["tflops"]
+            rows.append({"label": LABEL, "parameter": key, "value": v, "after_over_before": round(ratio, 4),
+                         "published": round(pb, 4), "error_pp": round(100 * (ratio - pb), 2),
+                         "after_tflops": r["after_990"]["kernel"]["tflops"],
+                         "before_tflops": r["before_990"]["kernel"]["tflops"],
+                         "model_version": r["after_990"]["model_version"], "clock_ghz": r["after_990"]["clock_ghz"]})
+    return rows
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -230,6 +230,7 @@ class CU:
         self.lines = set()
         self.lds_conflict_cycles = 0
         self.budget = 50_000_000
+        self.internal = int(params.issue_internal_instruction_cycles)
 
     # ------------------------------------------------------------------ run ----
     def run(self, wgs):
@@ -348,7 +349,7 @@ class CU:
         self._account(tw, i, t)
         if st.prio is not None:
             tw.prio = st.prio
-        fin = t + slot           # the wave's next slot
+        fin = t + (self.internal if kind in ("waitcnt", "barrier") or st.prio is not None else slot)
         if kind == "mfma":
             self._issue_mfma(tw, st, t)
         elif kind == "vmem":
@@ -375,6 +376,7 @@ class CU:
                                kind))
         if kind == "branch" and w.pc != i + 1:
             fin += p.issue_branch_taken_cycles
+        tw.ready = fin
         if r == D.ENDPGM:
             self._end_wave(tw, t + slot)
             return
