@@ -112,3 +112,32 @@ def test_every_parameter_has_value_unit_and_source():
         assert e["source"].strip(), key
     fitted = [k for k, e in t.items() if "fit" in e["source"].split(":")[0]]
     assert fitted == ["clock.sustained_ghz"]
+
+
+def test_cli_runs_any_s_file_with_synthesised_args(tmp_path, capsys):
+    import json
+
+    from gfx950emu.timing.__main__ import main
+    f = tmp_path / "k.s"
+    f.write_text(micro.kernel_text([micro._mfma(micro._acc(j), micro._acc(j)) for j in range(8)]))
+    trace = tmp_path / "t.json"
+    assert main([str(f), "--grid", "512", "--block", "64", "--buffers", "buf=4096", "--json",
+                 "--trace", str(trace)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    n = len(out["sampled_workgroups"])          # the first CU's workgroups: 512 / 256 CUs = 2
+    assert n == 2 and out["mfma_count"] == 8 * n and out["label"] == "modelled" and "trace_events" not in out
+    assert out["kernel"]["flops_source"] == "mfma"
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(e.get("pid") == 1 and e.get("ph") == "X" for e in events) == 8 * n   # slices on the MFMA pipe tracks
+    assert main([str(f), "--buffers", "nope=1"]) == 2
+    assert "no kernel argument named 'nope'" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing.s")]) == 2
+
+
+def test_lds_bank_conflicts_come_from_real_addresses():
+    from gfx950emu.timing.cu import lds_cycles
+    lanes = np.arange(64)
+    assert lds_cycles(lanes * 16, 16, 64, 256) == (4, 4)          # 4 phases of 16 lanes, conflict-free
+    assert lds_cycles(lanes * 64, 16, 64, 256) == (16, 4)         # 4-way
+    assert lds_cycles(np.zeros(64, np.int64), 16, 64, 256) == (4, 4)   # broadcast of one address
+    assert lds_cycles(lanes * 4 * 64, 4, 64, 256) == (64, 1)      # b32, every lane in bank 0

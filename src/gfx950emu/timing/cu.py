@@ -437,7 +437,7 @@ class CU:
         ws = p.issue_cycles_per_wait_state
         rd = t + ws * (st.passes + p.mfma_read_ab_vmem_lds_wait_states_plus_passes)
         ov = t + ws * (st.passes + p.mfma_srcc_overlap_wait_states_plus_passes)
-        ex = t + dur + ws * p.mfma_srcc_exact_wait_states - dur  # exact chain: back to back (pipe order)
+        ex = t + ws * p.mfma_srcc_exact_wait_states      # exact chain: back to back (the pipe orders them)
         mr, mc = tw.mready, tw.mready_c
         for r in st.dst:
             mr[r] = rd
