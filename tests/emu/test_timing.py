@@ -141,3 +141,14 @@ def test_lds_bank_conflicts_come_from_real_addresses():
     assert lds_cycles(lanes * 64, 16, 64, 256) == (16, 4)         # 4-way
     assert lds_cycles(np.zeros(64, np.int64), 16, 64, 256) == (4, 4)   # broadcast of one address
     assert lds_cycles(lanes * 4 * 64, 4, 64, 256) == (64, 1)      # b32, every lane in bank 0
+
+
+def test_timeline_window_has_wave_and_pipe_tracks():
+    from gfx950emu.timing import trace
+    prog = gfx950emu.load(micro.kernel_text([micro._mfma(micro._acc(j), micro._acc(j)) for j in range(8)]))
+    t = gfx950emu.launch(prog, 1, 64, [np.zeros(4096, np.uint8)], timing=True, timing_trace=True).timing
+    first = min(e[4] for e in t["trace_events"] if e[6] == "mfma")
+    iv = trace.timeline(t, prog, first, first + 32)
+    pipe = [x for x in iv if x["track"].endswith("MFMA")]
+    assert len(pipe) == 2 and pipe[1]["start"] - pipe[0]["start"] == 16 and pipe[0]["end"] - pipe[0]["start"] == 16
+    assert {x["track"] for x in iv} == {"wg0 wave0", "SIMD 0 MFMA"}

@@ -9,11 +9,35 @@ from __future__ import annotations
 import json
 
 
-def chrome_trace(timing: dict, prog, *, max_events: int = 400_000) -> dict:
-    """The trace dict of ``res.timing`` from ``launch(..., timing=True, timing_trace=True)``."""
+def _events(timing, t0=None, t1=None):
     ev = timing.get("trace_events")
     if ev is None:
         raise ValueError("this timing result has no timeline; run launch(..., timing=True, timing_trace=True)")
+    if t0 is not None or t1 is not None:
+        lo, hi = (t0 or 0), (t1 if t1 is not None else float("inf"))
+        ev = [e for e in ev if e[5] > lo and e[4] < hi]
+    return ev
+
+
+def timeline(timing: dict, prog, t0=None, t1=None) -> list:
+    """Plain intervals for plotting (cycles): ``{"track", "start", "end", "opcode", "kind", "line"}``,
+    one per issued instruction on its wave's track, plus each MFMA on ``"SIMD s MFMA"``; optionally
+    only those overlapping the cycle window [t0, t1)."""
+    out = []
+    for wgi, wave, simd, idx, t, end, kind in _events(timing, t0, t1):
+        d = prog.decoded[idx]
+        out.append({"track": f"wg{wgi} wave{wave}", "start": t, "end": t + 4 if kind == "mfma" else end,
+                    "opcode": d.opcode, "kind": kind, "line": d.line})
+        if kind == "mfma":
+            out.append({"track": f"SIMD {simd} MFMA", "start": t, "end": end, "opcode": d.opcode, "kind": kind,
+                        "line": d.line})
+    return out
+
+
+def chrome_trace(timing: dict, prog, *, max_events: int = 400_000, t0=None, t1=None) -> dict:
+    """The trace dict of ``res.timing`` from ``launch(..., timing=True, timing_trace=True)``
+    (optionally only the cycle window [t0, t1))."""
+    ev = _events(timing, t0, t1)
     clk = float(timing["clock_ghz"])
     us = 1.0 / (clk * 1e3)
     out = [
