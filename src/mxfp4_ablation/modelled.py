@@ -43,9 +43,10 @@ def _timing():
 
 
 def model_fingerprint() -> str:
-    """Model version + a digest of the parameter file (a changed parameter invalidates the cache)."""
+    """Model version + digests of the parameter values and the model code (a change invalidates the cache)."""
     T = _timing()
-    digest = hashlib.sha256(Path(T.PARAMS_FILE).read_bytes()).hexdigest()[:12]
+    values = {k: e["value"] for k, e in T.table().items()}          # values only: a reworded source keeps the cache
+    digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]
     cu = Path(T.__file__).with_name("cu.py").read_bytes() + Path(T.__file__).with_name("grid.py").read_bytes()
     return f"{T.model_version()}+{digest}+{hashlib.sha256(cu).hexdigest()[:8]}"
 
