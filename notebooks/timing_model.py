@@ -35,6 +35,7 @@
 upstream_out = None  # folder with flydsl/<commit8>/M<M>_N<N>_K<K>.s (+.json) from `python -m mxfp4_ablation.upstream compile`
 sample = 1  # workgroups simulated per point (the first CU's first; 1 vs all 4 at 8192^3 differ by 0.07 %)
 run_sensitivity = False  # re-run the before/after pair with each low-confidence parameter changed (~2 min)
+ladder_shape = None  # e.g. [8192, 8192, 8192]: also model the study's GEMM ladder there (compiles every step)
 out_dir = None  # set by the runner
 mode = None  # set by the runner; this notebook is modelled in every mode
 
@@ -170,6 +171,26 @@ if rows is not None and run_sensitivity:
     display(sens)
 else:
     print("skipped (needs upstream_out and run_sensitivity=True)")
+
+# %% [markdown]
+# ## 4. The study's own GEMM ladder (optional: `ladder_shape`)
+# Modelled TFLOPS and cycles per MFMA of `gemm-v0` .. `gemm-v7` (one workgroup sampled). The tile
+# order (`serpentine`) cannot move a number here: the grid model has no L2-capacity model of the tile
+# order yet, so v1 -> v2 is 0 by construction.
+
+# %%
+if ladder_shape:
+    from mxfp4_ablation import variants
+
+    names = [n for n, v in variants.all_variants().items() if v.family == "gemm" and v.kind == "ladder"]
+    lad = pd.DataFrame([{**{"variant": n}, **{k: r[k] for k in ("cycles", "cycles_per_mfma_loop", "model_version",
+                                                                  "clock_ghz")},
+                         "tflops": r["kernel"]["tflops"], "mfma_busy": r["mfma_busy"][0]}
+                        for n in names for r in [modelled.model(n, tuple(ladder_shape), sample=sample)]])
+    lad["delta_pct"] = (lad["tflops"].pct_change() * 100).round(2)
+    display(lad)
+else:
+    print("skipped (set ladder_shape, e.g. [8192, 8192, 8192])")
 
 # %% [markdown]
 # ## What the model leaves out, and where it misses
