@@ -334,5 +334,59 @@ def sensitivity(out_dir, shape=(8192, 8192, 8192), *, sample=1, table=SENSITIVIT
     return rows
 
 
+
+# ------------------------------------------------------------------------ aiter hand-written asm ----
+def aiter_asm_isa(co_path) -> str:
+    """The ``.s`` text of aiter's ``f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256.co`` for the timing model:
+    ``gfx950emu.codeobject.code_object_to_isa`` plus two timing-neutral rewrites the emulator needs
+    (numerics only, no change of control flow or of any instruction's class): the FP32 denorm mode is
+    set to 3 (the only one the emulator computes with), and ``v_add_i32 D, A, B`` without clamp -- the
+    same bits as ``v_add_u32_e64`` -- is written as that."""
+    import re
+
+    try:
+        from gfx950emu.codeobject import code_object_to_isa
+    except ImportError:
+        raise ValueError("modelling a code object needs gfx950emu.codeobject (load_code_object)") from None
+    isa = code_object_to_isa(str(co_path))
+    isa = re.sub(r"(\.amdhsa_float_denorm_mode_(?:32|16_64)) \d+", r"\1 3", isa)
+    return re.sub(r"\bv_add_i32 (v\d+, [^\n;]*?)(\s*(?:;|\n))",
+                  lambda mo: mo.group(0) if "clamp" in mo.group(1) else f"v_add_u32_e64 {mo.group(1)}{mo.group(2)}", isa)
+
+
+def aiter_asm_args(prog, M: int, N: int, K: int) -> list:
+    """Zero-filled arguments of aiter's asm a4w4 GEMM, as ``csrc/py_itfs_cu/asm_gemm_a4w4.cu`` fills its
+    KernelArgs: D bf16[M, N], no bias (C = nullptr), A / B fp4x2 [M|N, K/2], alpha 1, beta 0, strides in
+    elements (A0 = B0 = K, C0 = N), ScaleA / ScaleB e8m0 [M|N, K/32], log2_k_split 0."""
+    import numpy as np
+
+    vals = {"alpha": 1.0, "beta": 0.0, "strideC0": N, "strideA0": K, "strideB0": K, "Mdim": M, "Ndim": N, "Kdim": K,
+            "strideScaleA0": K // 32, "strideScaleB0": K // 32, "log2_k_split": 0}
+    bufs = {"D": M * N * 2, "A": M * K // 2, "B": N * K // 2, "ScaleA": M * K // 32, "ScaleB": N * K // 32, "C": None}
+    args = []
+    for a in prog.args:
+        name, kind = a.get(".name"), a.get(".value_kind")
+        if str(kind).startswith("hidden_"):
+            continue
+        if kind == "global_buffer":
+            n = bufs.get(name, 0)
+            args.append(None if n is None else np.zeros(max(16, n), np.uint8))
+        else:
+            args.append(vals.get(name, 0))
+    return args
+
+
+def aiter_asm(co_path, M: int, N: int, K: int, **kw) -> dict:
+    """Model aiter's hand-written MXFP4 GEMM code object at M, N, K (grid N/256 x M/256, block 256)."""
+    import gfx950emu
+
+    isa = aiter_asm_isa(co_path)
+    prog = gfx950emu.load(isa)
+    out = model_isa(isa, (N // 256, M // 256, 1), (256, 1, 1), lambda: aiter_asm_args(prog, M, N, K),
+                    flops=2.0 * M * N * K, **kw)
+    out.update(source="aiter", file=str(co_path), shape=[M, N, K])
+    return out
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
