@@ -187,6 +187,9 @@ def flydsl_upstream(out_dir, commit8: str, M: int, N: int, K: int, **kw) -> dict
 
 # ------------------------------------------------------------------ validation vs published ----
 COMMITS = {"before_990": "daee90e4", "after_990": "741f3d6d"}
+#: aiter's hand-written kernel PR #990 compares against (copied by mxfp4_ablation.upstream to <out>/aiter/)
+AITER_CO = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256.co"
+AITER_COMMIT = "b242ba66a610c02018daa55a5c9c9bdc33a5dabf"
 SHAPES = ((8192, 8192, 8192), (8192, 8192, 16384), (16384, 16384, 8192), (16384, 16384, 16384))
 #: the one published point the clock is fitted on (gfx950.toml [clock].sustained_ghz)
 FIT_POINT = ("after_990", (8192, 8192, 8192))
@@ -205,9 +208,19 @@ def upstream_validation(out_dir, *, sample=1, shapes=SHAPES, use_cache: bool = T
     with the published TFLOPS beside the modelled ones (at the model's frozen clock)."""
     pub = published_gemm()
     rows = []
+    co = Path(out_dir) / "aiter" / AITER_CO
+    try:
+        import gfx950emu.codeobject  # noqa: F401  (emudev's code-object loader)
+        with_asm = co.is_file()
+    except ImportError:
+        with_asm = False
     for M, N, K in shapes:
-        for stage, c8 in COMMITS.items():
-            r = flydsl_upstream(out_dir, c8, M, N, K, sample=sample, use_cache=use_cache)
+        for stage, c8 in {**COMMITS, **({"aiter_asm": None} if with_asm else {})}.items():
+            if c8 is None:
+                r = aiter_asm(co, M, N, K, sample=sample, use_cache=use_cache)
+                r["commit"] = AITER_COMMIT
+            else:
+                r = flydsl_upstream(out_dir, c8, M, N, K, sample=sample, use_cache=use_cache)
             k = r["kernel"]
             p = pub.get((stage, (M, N, K)))
             rows.append({"label": LABEL, "source": "flydsl", "stage": stage, "commit": r["commit"], "M": M, "N": N,
@@ -229,6 +242,7 @@ def ratio_table(rows) -> list:
     out = []
     for shape in sorted({(r["M"], r["N"], r["K"]) for r in rows}):
         b, a = by.get(("before_990", shape)), by.get(("after_990", shape))
+        s = by.get(("aiter_asm", shape))
         if not (a and b):
             continue
         mod = a["modelled_tflops"] / b["modelled_tflops"]
@@ -238,7 +252,7 @@ def ratio_table(rows) -> list:
                     "modelled_after_over_before": round(mod, 4), "published_after_over_before": round(pb, 4),
                     "error_pp": round(100 * (mod - pb), 2),
                     "published_aiter_asm_over_after": round(asm / pub[("after_990", shape)], 4) if asm else None,
-                    "modelled_aiter_asm_over_after": None,
+                    "modelled_aiter_asm_over_after": round(s["modelled_tflops"] / a["modelled_tflops"], 4) if s else None,
                     "clock_ghz": a["clock_ghz"], "model_version": a["model_version"]})
     return out
 
@@ -273,6 +287,15 @@ def write_validation(out_dir, path, *, sample=1) -> list:
                         "published_tflops": q["published_after_over_before"], "error_pct": q["error_pp"],
                         "clock_ghz": q["clock_ghz"], "model_version": q["model_version"], "sample": sample,
                         "command": cmd})
+            if q["modelled_aiter_asm_over_after"] is not None:
+                w.writerow({"label": LABEL, "source": "ratio aiter_asm/after", "stage": "aiter_asm/after_990",
+                            "M": q["M"], "N": q["N"], "K": q["K"],
+                            "modelled_tflops": q["modelled_aiter_asm_over_after"],
+                            "published_tflops": q["published_aiter_asm_over_after"],
+                            "error_pct": round(100 * (q["modelled_aiter_asm_over_after"]
+                                                      - q["published_aiter_asm_over_after"]), 2),
+                            "clock_ghz": q["clock_ghz"], "model_version": q["model_version"], "sample": sample,
+                            "command": cmd})
     os.replace(tmp, path)
     return rows
 
@@ -302,6 +325,9 @@ def main(argv=None) -> int:
     for q in ratio_table(rows):
         print(f"after/before {q['M']},{q['N']},{q['K']}: modelled {q['modelled_after_over_before']:.4f} "
               f"published {q['published_after_over_before']:.4f} error {q['error_pp']:+.2f} pp")
+        if q["modelled_aiter_asm_over_after"] is not None:
+            print(f"aiter_asm/after {q['M']},{q['N']},{q['K']}: modelled {q['modelled_aiter_asm_over_after']:.4f} "
+                  f"published {q['published_aiter_asm_over_after']:.4f}")
     if ns.fit:
         print(f"clock fitted on {FIT_POINT}: {fit_clock(rows):.4f} GHz")
     return 0
