@@ -8,6 +8,29 @@
 with :mod:`gfx950emu.timing.grid`.  Buffers are written only by the sampled workgroups.  Every
 parameter is in ``gfx950.toml`` with its unit and public source.  ``python -m gfx950emu.timing``
 runs any ``.s`` file.
+
+``res.timing`` (JSON-ready; cycles are core clocks):
+
+* ``cycles`` -- the first sampled workgroup, first wave start to last wave end; ``wave_cycles`` per wave;
+* ``mfma_count`` -- MFMAs executed by the sampled workgroups;
+* ``cycles_per_mfma_loop`` -- median hot-loop iteration (wave 0) / (MFMAs in the loop body x waves per
+  SIMD); 16.0 is the FP4 16x16x128 ideal; ``hot_loop`` = {first_line, last_line, iterations_wave0};
+* ``mfma_busy`` -- per SIMD, fraction of the CU's span its MFMA pipe is busy;
+* ``exposed`` -- cycles no MFMA covers, per SIMD (mean over the SIMDs that run MFMAs), by reason:
+  ``vmcnt``, ``lgkmcnt``, ``barrier``, ``dependency`` (MFMA-result wait states, s_nop), ``issue`` (the
+  wave was issuing other instructions, one per 4-cycle slot), ``lds_bank`` (LDS queue full: bank
+  conflicts / bandwidth), ``other`` (VMEM queue full, the workgroup's last wave draining);
+  ``busy + sum(exposed)`` = the span per SIMD;
+* ``by_instruction`` -- per instruction of the hot loop: index, line, opcode, issue_cycle (relative to
+  the start of a middle iteration, wave 0), stall_cycles (mean per execution over all waves), reason
+  (the dominant one: the ``exposed`` reasons plus ``mfma_pipe`` / ``vmem_pipe``);
+* ``kernel`` -- the grid: us, tflops, bound (compute|memory), clock_ghz, rounds, bytes_hbm, bytes_l2,
+  compute_us, compute_cycles, memory_us, launch_us, flops, flops_source (caller|mfma), cus,
+  workgroups_first_cu, footprint_bytes_per_workgroup;
+* ``sampled_workgroups``, ``workgroups_simulated``, ``occupancy_workgroups_per_cu``, ``grid_workgroups``,
+  ``lds_conflict_cycles``, ``cu_cycles``, ``label`` ("modelled"), ``model_version``, ``clock_ghz``;
+* ``trace_events`` (only with ``timing_trace=True``): [workgroup, wave, simd, instruction, issue, end, kind]
+  -- :mod:`gfx950emu.timing.trace` turns them into a Chrome trace / Perfetto JSON.
 """
 from __future__ import annotations
 
