@@ -243,6 +243,7 @@ def run(build: Callable[[], Any], inputs: dict, device_args: Callable[[dict], tu
         "seconds": round(seconds, 3),
         "hazards": sum(launch["hazards"] for launch in dev.launches),
         "hazard_reports": reports[:5],
+        "wait_state_hazards": sum(launch.get("wait_state_hazards", 0) for launch in dev.launches),
         "launches": [dict(launch) for launch in dev.launches],
         "hip_calls": dict(sorted(dev.calls.items())),     # evidence of the path: which HIP calls ran, how often
     }

@@ -491,9 +491,12 @@ class Device:
         if self.timing:     # the timing model runs its sample of workgroups, without the hazard checker
             kw.update(timing=True, hazards="off")
         res = launch(prog, grid=grid, block=block, args=args, **kw)
+        ordering = [h for h in res.hazards if h.kind != "wait_states"]
         entry = {"kernel": prog.name, "grid": list(grid), "block": list(block), "dynamic_lds": shmem,
                  "pointers": pointers,
-                 "hazards": len(res.hazards), "hazard_reports": [str(h) for h in res.hazards[:5]],
+                 # s_waitcnt / LDS-ordering hazards apart from s_nop wait-state reports (kind "wait_states")
+                 "hazards": len(ordering), "hazard_reports": [str(h) for h in ordering[:5]],
+                 "wait_state_hazards": len(res.hazards) - len(ordering),
                  "emulator_seconds": round(res.seconds, 4), "clock": self.clock}
         timing = getattr(res, "timing", None)
         if self.clock == "modelled" and timing:
