@@ -20,12 +20,14 @@ export MODE
 PYTEST_ARGS ?= -n auto
 
 NOTEBOOKS := $(shell find notebooks -name '*.py' -not -path '*/.ipynb_checkpoints/*' | sort)
-STAMPS := $(patsubst notebooks/%.py,experiments/.stamps/%.done,$(NOTEBOOKS))
+# Where the "this notebook ran with these inputs" stamps live (a variable so tests can use a scratch one).
+STAMP_DIR ?= experiments/.stamps
+STAMPS := $(patsubst notebooks/%.py,$(STAMP_DIR)/%.done,$(NOTEBOOKS))
 SOURCES := $(shell find src -name '*.py' -not -path '*/__pycache__/*')
 # Each notebook's own inputs (the modules it imports, followed through src/, its family's kernel
 # modules, the data it reads), generated with the standard library only; see mxfp4_ablation.notebooks.
-DEPS_MK := experiments/.stamps/deps.mk
-LOCK := experiments/.stamps/reproduce.lock
+DEPS_MK := $(STAMP_DIR)/deps.mk
+LOCK := $(STAMP_DIR)/reproduce.lock
 # How one notebook is run (a variable so that the Makefile's own behaviour can be tested cheaply).
 RUN_NOTEBOOK ?= $(PY) -m mxfp4_ablation.notebooks run
 
@@ -100,16 +102,16 @@ _reproduce: $(STAMPS)
 
 $(DEPS_MK): $(NOTEBOOKS) $(SOURCES) src/mxfp4_ablation/notebooks.py
 	@mkdir -p $(@D)
-	@PYTHONPATH=src $(PYTHON) -m mxfp4_ablation.notebooks deps > $@.tmp && mv $@.tmp $@
+	@PYTHONPATH=src $(PYTHON) -m mxfp4_ablation.notebooks deps --stamps $(STAMP_DIR) > $@.tmp && mv $@.tmp $@
 
 # Only the targets that run notebooks need the dependency rules (`make help` stays instant).
-ifneq ($(filter _reproduce experiments/.stamps/%,$(MAKECMDGOALS)),)
+ifneq ($(filter _reproduce $(STAMP_DIR)/%,$(MAKECMDGOALS)),)
 include $(DEPS_MK)
 endif
 
 # A notebook reruns only when it or one of its inputs changed (the rules in $(DEPS_MK)). The stamp is
 # touched only after the run published its folder; an interrupted run publishes nothing, stamps nothing.
-experiments/.stamps/%.done: notebooks/%.py $(SETUP_STAMP)
+$(STAMP_DIR)/%.done: notebooks/%.py $(SETUP_STAMP)
 	$(RUN_NOTEBOOK) $<
 	@mkdir -p $(@D) && touch $@
 
@@ -123,8 +125,8 @@ lab: $(SETUP_STAMP) ## JupyterLab on the notebooks (jupytext opens the .py sourc
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 clean: ## remove caches and run stamps (keeps experiments/ results and figures/)
-	rm -rf .cache experiments/.stamps .pytest_cache .hypothesis
+	rm -rf .cache $(STAMP_DIR) .pytest_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # The summary reads what the step notebooks wrote: it runs after all of them.
-experiments/.stamps/summary.done: $(filter-out experiments/.stamps/summary.done,$(STAMPS))
+$(STAMP_DIR)/summary.done: $(filter-out $(STAMP_DIR)/summary.done,$(STAMPS))

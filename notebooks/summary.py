@@ -35,7 +35,7 @@ iterations = 100  # timed A/B pairs per process (device mode only)
 verify_leave_one_out = True
 
 # %%
-from IPython.display import SVG, Markdown, display
+from IPython.display import Markdown, display
 
 from mxfp4_ablation.studies import gemm
 
@@ -48,12 +48,12 @@ report = gemm.summary_report(out_dir, mode, isa_shape, shapes, seeds, iterations
 report.ladder_table()
 
 # %%
-display(SVG(filename=str(report.figures[0])))
+report.figure("ladder_metrics")
 
 # %% [markdown]
 # ## Does each switch move its metric the intended way?
 # `before` is the predecessor (switch off), `after` the step (switch on); the expectations are the
-# switch docstrings' "Metric:" claims (`gemm.EXPECTATIONS`).
+# switch records' expected metric moves.
 
 # %%
 report.expectations[report.expectations["comparison"] == "ladder"].reset_index(drop=True)
@@ -66,7 +66,7 @@ report.expectations[report.expectations["comparison"] == "ladder"].reset_index(d
 report.leave_one_out_table()
 
 # %%
-display(SVG(filename=str(report.figures[1])))
+report.figure("leave_one_out")
 
 # %% [markdown]
 # ## Correctness of every variant
@@ -80,8 +80,8 @@ report.correctness
 # otherwise PR #990's published before/after/aiter-asm figures.
 
 # %%
-display(report.tflops if report.tflops is not None else gemm.published_wide())
-display(SVG(filename=str(report.figures[2])))
+display(report.measured if report.measured is not None else gemm.published_wide())
+display(report.figure("tflops"))
 
 # %% [markdown]
 # ## The README's ladder table (generated from the tables above)
@@ -115,12 +115,12 @@ for gemm_name in ("gemm1", "gemm2"):
         display(moe_report.ladder_table(gemm_name, regime))
 
 # %%
-display(SVG(filename=str(moe_report.figures[0])))
+moe_report.figure("ladder_metrics")
 
 # %% [markdown]
 # ### Does each MoE switch move its metric the intended way (both regimes)?
 # `before` is the predecessor (switch off), `after` the step (switch on); the expectations are the switch
-# docstrings' "Metric:" claims (`moe.EXPECTATIONS`).
+# records' expected metric moves.
 
 # %%
 moe_report.expectations[moe_report.expectations["comparison"] == "ladder"].reset_index(drop=True)
@@ -132,7 +132,7 @@ moe_report.expectations[moe_report.expectations["comparison"] == "ladder"].reset
 moe_report.leave_one_out_table()
 
 # %%
-display(SVG(filename=str(moe_report.figures[1])))
+moe_report.figure("leave_one_out")
 
 # %% [markdown]
 # ### MoE correctness of every variant (passed = every check passed, in both regimes)
@@ -146,5 +146,5 @@ moe_report.correctness
 # only aiter PR #3828's own FlyDSL-time / HIP-time ratios, labelled *published* (nothing here is measured).
 
 # %%
-display(moe_report.timing if moe_report.timing is not None else moe.published_wide())
-display(SVG(filename=str(moe_report.figures[2])))
+display(moe_report.measured if moe_report.measured is not None else moe.published_wide())
+display(moe_report.figure("published_ratios"))

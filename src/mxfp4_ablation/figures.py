@@ -92,7 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"figures: {fig.name}: no run of {fig.run or fig.data!r} yet (make reproduce writes one)")
             missing += 1
             continue
-        for path in render(fig.name, source):
+        try:
+            drawn = render(fig.name, source)
+        except FileNotFoundError as err:  # a run from before this figure existed
+            print(f"figures: {fig.name}: {source.name} lacks its data ({err})")
+            missing += 1
+            continue
+        for path in drawn:
             print(f"figures: {path} <- {source.name}")
     return 0 if not missing else 1
 

@@ -155,6 +155,29 @@ class StepReport:
         index = ["regime", "metric"] if "regime" in diff.columns else ["metric"]
         return diff.set_index(index)
 
+    def isa_text(self, name: str, regime: str | None = None) -> str:
+        """The ``.s`` this step wrote for variant ``name`` (in ``regime``: default the first one)."""
+        regime = regime if regime is not None else next(iter(self.isa_cases))
+        return (Path(self.out_dir) / "isa" / (regime or "") / f"{name}.s").read_text()
+
+    def hot_loop(self, regime: str | None = None, lines: int | None = 80) -> pd.DataFrame:
+        """The hot loop of the baseline and of the step, side by side (one instruction per row; the
+        first ``lines`` rows, None for all). Off-loop kernels show an empty column."""
+        from .. import isa
+
+        cols = {}
+        for name in [n for n in (self.baseline, self.variant) if n]:
+            body = isa.hot_loop(self.isa_text(name, regime)) or []
+            cols[name] = [i.text for i in body]
+        n = max([len(c) for c in cols.values()] + [0])
+        frame = pd.DataFrame({k: v + [""] * (n - len(v)) for k, v in cols.items()})
+        return frame if lines is None else frame.head(lines)
+
+    def speed_table(self, kind: str | None = None) -> pd.DataFrame:
+        """Every speed value of this step with its kind (measured / modelled / published), or one kind;
+        a kind that is not available has one row saying why."""
+        return self.speed if kind is None else speed_mod.speed_view(self.speed, kind)
+
     def figure(self, kind: str):
         """The SVG of this step's figure ``kind`` (``isa_diff`` / ``speed``), for ``display``."""
         from IPython.display import SVG

@@ -45,12 +45,17 @@ def draw_planted_deltas(run_dir: Path):
                         xerr=[[100 * (r.ratio - r.ci_low)], [100 * (r.ci_high - r.ratio)]],
                         fmt="o", ms=3, capsize=2, color=("C0", "C1")[j], label=method if i == 0 else None)
     ax.scatter([PLANTED[e] for e in order], range(len(order)), marker="|", s=200, color="k", label="planted")
-    ax.set_yticks(range(len(order)), order)
-    ax.invert_yaxis()
     ax.set_xscale("symlog", linthresh=0.1)
-    ax.set_xlabel("B vs A time delta (%), 95 % CI")
+    return _per_experiment(fig, ax, "B vs A time delta (%), 95 % CI", "A/A and planted slowdowns, 6 processes")
+
+
+def _per_experiment(fig, ax, xlabel: str, title: str):
+    """One row per planted experiment, labelled; legend, title and the device badge."""
+    ax.set_yticks(range(len(PLANTED)), list(PLANTED))
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
     ax.legend(loc="lower right")
-    ax.set_title("A/A and planted slowdowns, 6 processes", loc="left")
+    ax.set_title(title, loc="left")
     fig.tight_layout()
     plots.source_badge(ax, "device", "NVIDIA H200")
     return fig
@@ -74,14 +79,7 @@ def draw_process_spread(run_dir: Path):
             ax.scatter(100 * (v - 1 - PLANTED[exp] / 100), np.full(v.size, i + (j - 0.5) * 0.3), s=10,
                        color=("C0", "C1")[j], label=method if i == 0 else None)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_yticks(range(len(PLANTED)), list(PLANTED))
-    ax.invert_yaxis()
-    ax.set_xlabel("per-process median delta minus planted delta (%)")
-    ax.legend(loc="lower right")
-    ax.set_title("Process-to-process spread", loc="left")
-    fig.tight_layout()
-    plots.source_badge(ax, "device", "NVIDIA H200")
-    return fig
+    return _per_experiment(fig, ax, "per-process median delta minus planted delta (%)", "Process-to-process spread")
 
 
 @figure("harness/cache_effect", data=SOURCE)
