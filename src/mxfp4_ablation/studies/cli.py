@@ -2,7 +2,8 @@
 
 * ``readme-table [--study NAME] [--run DIR] [--update FILE]`` -- print a study's README ladder table from
   the latest summary run (or ``--run``), or replace every study's table between its markers in FILE;
-* ``list`` -- the studies, their step notebooks and their figures (FlyDSL-free).
+* ``list`` -- the studies, their step notebooks and their figures (FlyDSL-free);
+* ``new-step STUDY VARIANT --title ... --sentence ...`` -- the step notebook of a new ladder rung.
 
 User errors (no summary run yet, a file without markers, an unknown study) exit 2 with one line;
 anything else is a bug and shows its traceback.
@@ -26,6 +27,12 @@ def main(argv: list[str] | None = None, study: str | None = None) -> int:
     p.add_argument("--run", help="summary run folder (default: the latest experiments/*-summary)")
     p.add_argument("--update", metavar="FILE", help="replace the tables between their markers in FILE")
     sub.add_parser("list", help="the studies, their step notebooks and figures")
+    n = sub.add_parser("new-step", help="write a ladder rung's step notebook from the template")
+    n.add_argument("study", choices=sorted(STUDIES))
+    n.add_argument("variant", help="the new ladder rung (its Switch record and builder branch exist)")
+    n.add_argument("--title", required=True, help='e.g. "GEMM ladder step 8 · `unroll4`: four K steps per trip"')
+    n.add_argument("--sentence", required=True, help="one or two sentences: what the step does, in the seed's terms")
+    n.add_argument("--force", action="store_true", help="rewrite an existing notebook")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "list":
@@ -35,6 +42,15 @@ def main(argv: list[str] | None = None, study: str | None = None) -> int:
             for name in STUDIES:
                 names = sorted(f for f in figures.FIGURES if f.startswith(f"{name}/"))
                 print(f"{name}: {len(names)} figures: {', '.join(names)}")
+            return 0
+        if args.cmd == "new-step":
+            from . import stubs
+
+            try:
+                path = stubs.new_step(get(args.study), args.variant, args.title, args.sentence, args.force)
+            except ValueError as err:
+                raise StudyError(str(err)) from None
+            print(f"wrote {path}")
             return 0
         if args.update:
             names = [args.study] if args.study else list(STUDIES)
