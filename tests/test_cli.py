@@ -55,3 +55,37 @@ def test_main_returns_2_on_bad_mode(monkeypatch, capsys):
     monkeypatch.setenv("MODE", "bogus")
     assert cli.main(["doctor"]) == 2
     assert "MODE='bogus'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("verify", "gemm-v7", "--shape", "256,256,100"), "K must be a multiple of 256"),
+    (("verify", "moe1-v2", "--shape", "16,8,512"), "moe1 takes a shape tokens,experts,hidden,inter,topk[,block_m]"),
+    (("compile", "gemm-v0", "--shape", "kimi"), "neither comma-separated positive integers"),
+    (("verify", "gemm-v0", "--shape", "256,256,256", "--backend", "device"), "needs a gfx950 GPU"),
+])
+def test_bad_requests_are_usage_errors(args, needle):
+    rc, out, err = run_cli(*args)
+    assert rc == 2, err
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_internal_errors_show_their_traceback(monkeypatch):
+    """A bug (any exception that is not a UsageError / ToolchainError) is not turned into a usage error."""
+    from mxfp4_ablation import variants
+
+    def broken():
+        raise ValueError("an internal bug")
+
+    monkeypatch.setattr(variants, "all_variants", broken)
+    with pytest.raises(ValueError, match="an internal bug"):
+        cli.main(["variants"])
+
+
+def test_verify_json_reports_every_output_of_a_named_shape():
+    pytest.importorskip("gfx950emu")
+    rc, out, err = run_cli("verify", "moe1-v2", "--shape", "small-decode", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["passed"] and data["shape"] == [16, 8, 512, 256, 2, 16]
+    assert {n: (o["compare"], o["passed"], o["mismatches"]) for n, o in data["outputs"].items()} == {
+        "inter_quant": ("exact", True, 0), "inter_scale": ("exact", True, 0)}

@@ -11,8 +11,10 @@ import re
 import pytest
 import torch
 
-from mxfp4_ablation import isa, toolchain
+from mxfp4_ablation import family, isa, toolchain
 from mxfp4_ablation.kernels import gemm
+
+F = family.get("gemm")
 
 TARGET = "mxfp4_ablation.kernels.gemm:compile_entry"
 LADDER_SHAPE = {"M": 1024, "N": 1024, "K": 2048}  # K big enough for a runtime K loop
@@ -41,29 +43,30 @@ def _reads_before_first_mfma(body):
 
 
 def test_ladder_is_cumulative_one_switch_per_step():
-    assert [n for n, _ in gemm.LADDER] == [f"gemm-v{i}" for i in range(8)]
-    assert gemm.LADDER[0][1] == frozenset()
-    for (_, prev), (_, cur), switch in zip(gemm.LADDER, gemm.LADDER[1:], gemm.SWITCHES):
+    assert [n for n, _ in F.ladder] == [f"gemm-v{i}" for i in range(8)]
+    assert F.ladder[0][1] == frozenset()
+    for (_, prev), (_, cur), switch in zip(F.ladder, F.ladder[1:], gemm.SWITCHES):
         assert cur - prev == {switch} and prev < cur
 
 
 def test_every_switch_states_claim_mechanism_and_metric():
-    for name, doc in gemm.SWITCHES.items():
+    for name, switch in gemm.SWITCHES.items():
+        doc = switch.doc
         assert "claim" in doc and "Mechanism" in doc and "Metric" in doc, name
 
 
 def test_leave_one_out_drops_each_independent_switch():
-    full = gemm.LADDER[-1][1]
-    loo = dict(gemm.leave_one_out())
+    full = F.ladder[-1][1]
+    loo = dict(F.leave_one_out())
     assert set(loo) == {f"gemm-v7-no-{s}" for s in gemm.SWITCHES if s != "g2s_m0"}
     for name, switches in loo.items():
         assert full - switches == {name.removeprefix("gemm-v7-no-")}
-        gemm.check_config(256, 256, 256, switches)  # every leave-one-out set is valid
+        F.check_switches(switches)  # every leave-one-out set is valid
 
 
 def test_a_dependent_switch_alone_is_refused_naming_its_dependency():
     with pytest.raises(ValueError, match="scale_prefetch depends on g2s_m0"):
-        gemm.check_config(256, 256, 256, {"scale_prefetch"})
+        F.check_switches({"scale_prefetch"})
     with pytest.raises(ValueError, match="b_carry depends on g2s_m0"):
         gemm.build(256, 256, 256, b_carry=True)
 
@@ -89,7 +92,7 @@ def test_bad_switches_are_plain_value_errors():
     with pytest.raises(ValueError, match="True/False"):
         gemm.build(256, 256, 256, agpr_acc="yes")
     with pytest.raises(ValueError, match="unknown GEMM variant"):
-        gemm.variant("gemm-v9")
+        F.switch_set("gemm-v9")
 
 
 @pytest.mark.parametrize("m_tiles, n_tiles", [(1, 1), (4, 2), (3, 5), (8, 8), (5, 8), (16, 3), (7, 9)])
@@ -117,9 +120,9 @@ def test_wait_plan_matches_the_issue_order():
 
 
 def test_min_k_for_loop_per_rung():
-    got = [gemm.min_k_for_loop(s) for _, s in gemm.LADDER]
+    got = [gemm.min_k_for_loop(s) for _, s in F.ladder]
     assert got == [1024, 1280, 1280, 1280, 1536, 1536, 1536, 1536]
-    assert all(gemm.min_k_for_loop(s) <= LADDER_SHAPE["K"] for _, s in gemm.leave_one_out())
+    assert all(gemm.min_k_for_loop(s) <= LADDER_SHAPE["K"] for _, s in F.leave_one_out())
 
 
 # ---------------------------------------------------------------- one small compile (fast)
@@ -148,8 +151,8 @@ def test_small_v7_has_the_scaled_fp4_mfma_lds_dma_and_wide_stores(small_v7):
 
 @pytest.fixture(scope="module")
 def ladder():
-    arts = toolchain.compile_many([(TARGET, {**LADDER_SHAPE, "variant_name": n}) for n, _ in gemm.LADDER])
-    return {n: a for (n, _), a in zip(gemm.LADDER, arts)}
+    arts = toolchain.compile_many([(TARGET, {**LADDER_SHAPE, "variant_name": n}) for n, _ in F.ladder])
+    return {n: a for (n, _), a in zip(F.ladder, arts)}
 
 
 @pytest.mark.slow
@@ -227,7 +230,7 @@ def test_static_prologue_removes_the_integer_division(ladder):
 
 @pytest.mark.slow
 def test_leave_one_out_variants_compile():
-    names = [n for n, _ in gemm.leave_one_out()]
+    names = [n for n, _ in F.leave_one_out()]
     arts = toolchain.compile_many([(TARGET, {**LADDER_SHAPE, "variant_name": n}) for n in names])
     for name, art in zip(names, arts):
         assert isa.metrics(art.isa)["loop_mfma"] == 256, name
@@ -250,7 +253,7 @@ def _run_in_emulator(variant, M, N, K, seed=0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", [n for n, _ in gemm.LADDER])
+@pytest.mark.parametrize("variant", [n for n, _ in F.ladder])
 def test_every_rung_computes_the_product_in_the_emulator(variant):
     out, ref, res = _run_in_emulator(variant, 256, 256, 1536, seed=1)  # 6 K steps: loop + peeled steps
     assert res.hazards == []

@@ -9,14 +9,15 @@ are ``slow``.
 import pytest
 import torch
 
-from mxfp4_ablation import isa, toolchain
-from mxfp4_ablation.kernels import common
+from mxfp4_ablation import family, isa, metrics, toolchain
 from mxfp4_ablation.kernels import moe_gemm1 as K
+
+F = family.get("moe1")
 
 TARGET = "mxfp4_ablation.kernels.moe_gemm1:compile_entry"
 SMALL = dict(experts=8, hidden=512, inter=256, topk=2)
 KIMI = dict(experts=385, hidden=7168, inter=512, topk=9)
-ALL_VARIANTS = K.LADDER + K.leave_one_out()
+ALL_VARIANTS = F.ladder + F.leave_one_out()
 
 
 def _compile(shape, switches, block_m=None):
@@ -27,7 +28,7 @@ def _compile(shape, switches, block_m=None):
 
 
 def _metrics(shape, switches, block_m=None):
-    return K.switch_metrics(_compile(shape, switches, block_m))
+    return metrics.moe_kernel_counts(_compile(shape, switches, block_m))
 
 
 def _emulate(shape, switches, block_m=None, seed=0):
@@ -45,7 +46,8 @@ def _emulate(shape, switches, block_m=None, seed=0):
 
 
 def _assert_byte_exact(inputs):
-    want_q, want_s = K.reference(inputs), K.reference_scales(inputs)
+    want = K.reference(inputs)
+    want_q, want_s = want["inter_quant"], want["inter_scale"]
     real = inputs["sorting"].valid_row_mask()
     assert float((want_q[real] != 0).float().mean()) > 0.5  # the check is not vacuous
     assert torch.equal(inputs["inter_quant"], want_q), int((inputs["inter_quant"] != want_q).sum())
@@ -56,14 +58,14 @@ def _assert_byte_exact(inputs):
 
 
 def test_ladder_and_leave_one_out_are_cumulative_and_named():
-    assert [n for n, _ in K.LADDER] == ["moe1-v0", "moe1-v1", "moe1-v2"]
-    assert [sorted(s) for _, s in K.LADDER] == [[], ["int64_abi"], ["exp2", "int64_abi"]]
-    assert dict(K.leave_one_out()) == {"moe1-v2-no-int64_abi": frozenset({"exp2"}),
+    assert [n for n, _ in F.ladder] == ["moe1-v0", "moe1-v1", "moe1-v2"]
+    assert [sorted(s) for _, s in F.ladder] == [[], ["int64_abi"], ["exp2", "int64_abi"]]
+    assert dict(F.leave_one_out()) == {"moe1-v2-no-int64_abi": frozenset({"exp2"}),
                                       "moe1-v2-no-exp2": frozenset({"int64_abi"})}
-    assert K.variant("moe1-v1") == frozenset({"int64_abi"})
+    assert F.switch_set("moe1-v1") == frozenset({"int64_abi"})
     assert K.SHAPE_PARAMS == ("tokens", "experts", "hidden", "inter", "topk")
-    for doc in K.SWITCHES.values():
-        assert "Seed claim" in doc and "Metric" in doc
+    for switch in K.SWITCHES.values():
+        assert "Seed claim" in switch.doc and "Metric" in switch.doc
 
 
 def test_registry_sees_the_family():
@@ -82,7 +84,7 @@ def test_bad_shapes_are_one_value_error(bad):
     shape = dict(tokens=16, **SMALL)
     shape.update(bad)
     with pytest.raises(ValueError):
-        K.check_config(**shape)
+        K.check_shape(**shape)
     with pytest.raises(ValueError):
         K.compile_entry(**shape)
 
@@ -93,7 +95,7 @@ def test_bad_switches_and_inputs_are_value_errors():
     with pytest.raises(ValueError, match="True/False"):
         K.build(16, **SMALL, exp2=1)
     with pytest.raises(ValueError, match="unknown moe1 variant"):
-        K.variant("moe1-v9")
+        F.switch_set("moe1-v9")
     with pytest.raises(ValueError, match="make_inputs"):
         K.kernel_args({"a_quant": torch.zeros(1)})
     with pytest.raises(ValueError, match="unknown moe1 switch"):
@@ -116,12 +118,12 @@ def test_regime_and_grid():
 @pytest.fixture(scope="module")
 def small_pair():
     shape = dict(tokens=16, **SMALL)
-    return {name: _compile(shape, sw) for name, sw in (K.LADDER[0], K.LADDER[-1])}
+    return {name: _compile(shape, sw) for name, sw in (F.ladder[0], F.ladder[-1])}
 
 
 def test_every_block_runs_8_mfmas_per_k_step_and_writes_fp4(small_pair):
     for art in small_pair.values():
-        hist = K.switch_metrics(art)
+        hist = metrics.moe_kernel_counts(art)
         m = isa.metrics(art.isa)
         assert m["mfma"] == 8 * (SMALL["hidden"] // 256)  # 4 accumulators x 2 MFMAs per 256-K step
         assert m["opcode_histogram"]["v_cvt_scalef32_pk_fp4_f32"] == 4
@@ -133,21 +135,23 @@ def test_every_block_runs_8_mfmas_per_k_step_and_writes_fp4(small_pair):
 def test_kernel_args_match_the_compiled_metadata(small_pair):
     inputs = K.make_inputs(tokens=16, **SMALL)
     for name, art in small_pair.items():
-        entries = K.kernel_args(inputs, **{s: True for s in K.variant(name)})
+        entries = K.kernel_args(inputs, **{s: True for s in F.switch_set(name)})
+        from mxfp4_ablation.kernels import common  # FlyDSL
+
         meta = common.metadata_args(art.isa)
         meta = [a for a in meta if not a["value_kind"].startswith("hidden_")]
         assert [(e["offset"], e["size"]) for e in entries] == [(a["offset"], a["size"]) for a in meta], name
 
 
 def test_int64_abi_shrinks_the_kernargs_and_their_scalar_loads(small_pair):
-    off, on = (K.switch_metrics(small_pair[n]) for n in ("moe1-v0", "moe1-v2"))
+    off, on = (metrics.moe_kernel_counts(small_pair[n]) for n in ("moe1-v0", "moe1-v2"))
     assert (off["kernarg_bytes"], off["kernarg_entries"]) == (208, 19)
     assert (on["kernarg_bytes"], on["kernarg_entries"]) == (76, 10)
     assert on["s_load"] < off["s_load"]
 
 
 def test_exp2_leaves_a_bare_v_exp_in_the_epilogue(small_pair):
-    off, on = (K.switch_metrics(small_pair[n]) for n in ("moe1-v0", "moe1-v2"))
+    off, on = (metrics.moe_kernel_counts(small_pair[n]) for n in ("moe1-v0", "moe1-v2"))
     assert on["v_exp_f32"] == off["v_exp_f32"] > 0
     assert off["v_ldexp_f32"] == off["v_exp_f32"] and on["v_ldexp_f32"] == 0
     assert on["v_cndmask"] < off["v_cndmask"] and on["v_cmp"] < off["v_cmp"]
@@ -155,7 +159,7 @@ def test_exp2_leaves_a_bare_v_exp_in_the_epilogue(small_pair):
 
 
 def test_decode_block_is_byte_exact_in_the_emulator(small_pair):
-    inputs, hazards = _emulate(dict(tokens=16, **SMALL), K.LADDER[-1][1])
+    inputs, hazards = _emulate(dict(tokens=16, **SMALL), F.ladder[-1][1])
     assert hazards == 0
     _assert_byte_exact(inputs)
 
@@ -165,9 +169,9 @@ def test_decode_block_is_byte_exact_in_the_emulator(small_pair):
 
 def _neighbour_pairs():
     """(switch, variant without it, variant with it): ladder steps and leave-one-out."""
-    pairs = [(sorted(b - a)[0], a, b) for (_, a), (_, b) in zip(K.LADDER, K.LADDER[1:])]
-    full = K.LADDER[-1][1]
-    pairs += [(sorted(full - s)[0], s, full) for _, s in K.leave_one_out()]
+    pairs = [(sorted(b - a)[0], a, b) for (_, a), (_, b) in zip(F.ladder, F.ladder[1:])]
+    full = F.ladder[-1][1]
+    pairs += [(sorted(full - s)[0], s, full) for _, s in F.leave_one_out()]
     return pairs
 
 
@@ -202,9 +206,9 @@ def test_every_variant_compiles_at_the_kimi_shape(tokens):
         _assert_switch_moves(switch, _metrics(shape, a), _metrics(shape, b))
 
 
-_EMU_CASES = [(name, sw, shape) for name, sw in (K.LADDER[0], K.LADDER[-1])
+_EMU_CASES = [(name, sw, shape) for name, sw in (F.ladder[0], F.ladder[-1])
               for shape in [(200, 16, 512), (200, 128, 512), (40, 16, 1024), (40, 128, 1024)]]
-_EMU_CASES += [(name, sw, (200, 16, 512)) for name, sw in K.LADDER[1:-1] + K.leave_one_out()]
+_EMU_CASES += [(name, sw, (200, 16, 512)) for name, sw in F.ladder[1:-1] + F.leave_one_out()]
 
 
 @pytest.mark.slow

@@ -8,19 +8,20 @@ import re
 import pytest
 import torch
 
-from mxfp4_ablation import isa, toolchain, variants
+from mxfp4_ablation import family, isa, toolchain, variants
 from mxfp4_ablation.kernels import common
 from mxfp4_ablation.kernels import moe_gemm2 as m2
 from mxfp4_ablation.moe import host
 
 TARGET = "mxfp4_ablation.kernels.moe_gemm2:compile_entry"
+F = family.get("moe2")
 SMALL = dict(experts=8, hidden=512, inter=256, topk=2)
 KIMI = dict(experts=385, hidden=7168, inter=512, topk=9)
 #: (tokens, block_m): decode (atomic) and prefill (per-row stores) at the small shape.
 SMALL_CASES = {"decode": (16, 16), "prefill": (200, 128)}
 KIMI_CASES = {"decode": (16, 16), "prefill": (16384, 128)}
-LADDER = [n for n, _ in m2.LADDER]
-LOO = [n for n, _ in m2.leave_one_out()]
+LADDER = [n for n, _ in F.ladder]
+LOO = [n for n, _ in F.leave_one_out()]
 
 
 def _shape(base, case):
@@ -35,7 +36,7 @@ def _compile(shape, names):
 
 def _on(name):
     """A variant's switches as the keywords kernel_args / build take."""
-    return {s: True for s in m2.variant(name)}
+    return {s: True for s in F.switch_set(name)}
 
 
 def _hist(art):
@@ -69,16 +70,17 @@ def small_ladder(request):
 
 def test_ladder_is_cumulative_and_leave_one_out_covers_every_switch():
     assert LADDER == [f"moe2-v{i}" for i in range(5)]
-    for (_, prev), (_, cur) in zip(m2.LADDER, m2.LADDER[1:]):
+    for (_, prev), (_, cur) in zip(F.ladder, F.ladder[1:]):
         assert prev < cur and len(cur - prev) == 1
-    assert m2.LADDER[-1][1] == frozenset(m2.SWITCHES)
+    assert F.ladder[-1][1] == frozenset(m2.SWITCHES)
     assert LOO == [f"moe2-v4-no-{s}" for s in m2.SWITCHES]
-    for name, sw in m2.leave_one_out():
+    for name, sw in F.leave_one_out():
         assert frozenset(m2.SWITCHES) - sw == {name.removeprefix("moe2-v4-no-")}
 
 
 def test_every_switch_documents_claim_mechanism_and_metric():
-    for name, doc in m2.SWITCHES.items():
+    for name, switch in m2.SWITCHES.items():
+        doc = switch.doc
         assert "Seed claim" in doc and "Mechanism" in doc and "Metric" in doc, name
 
 
@@ -123,9 +125,9 @@ def test_bad_shapes_are_one_clear_value_error(change, match):
 
 def test_bad_switches_and_names_are_value_errors():
     with pytest.raises(ValueError, match="unknown MoE gemm2 switch"):
-        m2.check_switches({"agpr_acc"})
+        F.check_switches({"agpr_acc"})
     with pytest.raises(ValueError, match="unknown MoE gemm2 variant"):
-        m2.variant("moe2-v9")
+        F.switch_set("moe2-v9")
     with pytest.raises(ValueError, match="True/False"):
         m2.build(tokens=16, block_m=16, int64_abi=1, **SMALL)
     with pytest.raises(ValueError, match="either variant_name or"):
@@ -145,7 +147,7 @@ def test_inputs_are_the_host_pipeline_buffers(regime):
     assert inp["inter"].shape == (g.max_sorted, 128) and inp["w2"].shape == (8 * 512, 128)
     assert inp["out"].shape == ((16, 512) if regime == "decode" else (g.max_sorted, 512))
     assert int(inp["out"].abs().sum()) == 0
-    ref = m2.reference(inp)
+    ref = m2.reference(inp)["out"]
     assert ref.shape == inp["out"].shape and ref.dtype == torch.bfloat16
     assert ref.float().abs().max() > 0.5
     if regime == "prefill":  # the host's weighted reduce of the flat rows is the token output
@@ -261,7 +263,7 @@ def test_kimi_shape_compiles_and_each_switch_moves_its_metric(regime):
 def _inputs(shape_items, seed):
     """Inputs and reference of one shape, built once per test session (the output is copied per run)."""
     inp = m2.make_inputs(**dict(shape_items), seed=seed)
-    return inp, m2.reference(inp)
+    return inp, m2.reference(inp)["out"]
 
 
 def _run_emulator(shape, name, seed=0):
@@ -274,7 +276,7 @@ def _run_emulator(shape, name, seed=0):
     grid, block = m2.launch_config(**shape)
     run = gfx950emu.launch(gfx950emu.load(art.isa), grid=grid, block=block, hazards="report",
                            args=runner.emulator_args(m2.kernel_args(inp, **_on(name))))
-    return inp[m2.OUTPUT], ref, run
+    return inp[m2.OUTPUTS[0].name], ref, run
 
 
 @pytest.mark.parametrize("name", ["moe2-v0", "moe2-v4"])

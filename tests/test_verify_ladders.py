@@ -1,5 +1,6 @@
 """The correctness gate, in CI: every ladder and leave-one-out variant, run in the gfx950 emulator
-with the s_waitcnt hazard checker, matches the torch reference (cosine >= 0.99999, no hazards).
+with the s_waitcnt hazard checker, matches the torch reference in every declared output (exact ones byte
+for byte, floating ones within their bound; cosine >= 0.99999) with no hazards.
 
 GEMM shapes: one 256x256 tile with the runtime K loop present for every variant (K=1536), and a
 multi-tile 512x512 launch (4 workgroups, XCD tile order). MoE: the small test problem (8 experts,
@@ -9,13 +10,14 @@ most experts are empty).
 
 import pytest
 
-from mxfp4_ablation import runner, variants
+from mxfp4_ablation import family, runner, shapes, variants
 
 ALL = variants.all_variants()
-GEMM_SHAPES = [(256, 256, 1536), (512, 512, 512)]
-# tokens, experts, hidden, intermediate, topk[, block_m]: decode blocks at M=16 and M=200, prefill
-# blocks (128 rows, mostly padding) at M=200, and a single token.
-MOE_SHAPES = [(16, 8, 512, 256, 2), (200, 8, 512, 256, 2), (200, 8, 512, 256, 2, 128), (1, 8, 512, 256, 2)]
+# experiments/shapes.toml's "gate" sets: GEMM (256,256,1536) (every variant's runtime K loop) and (512,512,512);
+# MoE tokens,experts,hidden,intermediate,topk[,block_m]: decode blocks at M=16 and M=200, prefill blocks
+# (128 rows, mostly padding) at M=200, and a single token.
+GEMM_SHAPES = shapes.shapes("gemm", "gate")
+MOE_SHAPES = shapes.shapes("moe", "gate")
 
 
 def _cases(family, shapes):
@@ -29,6 +31,9 @@ def test_variant_passes_the_gate(name, shape):
     result = runner.verify(name, shape, backend="emulator", seed=1)
     assert result["hazards"] == 0, result["hazard_reports"]
     assert result["cosine"] >= runner.COSINE_MIN, result
+    outputs = result["outputs"]
+    assert list(outputs) == [o.name for o in family.get(ALL[name].family).outputs]  # every declared output
+    assert all(o["passed"] for o in outputs.values()), outputs
     assert result["passed"]
 
 

@@ -14,6 +14,8 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
+from .errors import UsageError
+
 MODES = ("device", "emulated", "static")
 LABELS = ("device", "emulated", "static", "published")
 
@@ -45,7 +47,7 @@ def detect() -> tuple[str, str]:
     forced = os.environ.get("MODE", "").strip()
     if forced:
         if forced not in MODES:
-            raise ValueError(f"MODE={forced!r} is not one of {', '.join(MODES)}")
+            raise UsageError(f"MODE={forced!r} is not one of {', '.join(MODES)}")
         return forced, f"MODE={forced} set in the environment"
     gpu = visible_gpu()
     if gpu is not None and gpu.arch == "gfx950":

@@ -1,4 +1,4 @@
-"""Run a kernel variant on a backend and check it against the torch reference.
+"""Run a kernel variant on a backend and check EVERY output it declares against the reference.
 
 Backends:
 
@@ -7,42 +7,28 @@ Backends:
 ``device``    run on a visible gfx950 GPU through FlyDSL's own launcher and compare. Needs an MI355X
               (refused with one clear line anywhere else).
 
-The kernel module of a variant family provides the pieces (see ``mxfp4_ablation.kernels.gemm``):
+The kernel module of a variant's family implements :class:`mxfp4_ablation.family.KernelFamily`
+(``make_inputs``, ``reference`` -> one tensor per declared output, ``kernel_args``, ``launch_config``,
+``build``, ``device_args``, ``OUTPUTS``). Each :class:`~mxfp4_ablation.family.Output` is compared as it
+declares: ``exact`` byte for byte, ``close`` within its ulp / absolute bound and minimum cosine.
 
-* ``make_inputs(*shape, seed=...) -> dict`` of torch tensors in the kernel's layouts;
-* ``reference(inputs) -> Tensor``: what the kernel must produce;
-* ``OUTPUT``: the key of the output tensor in ``inputs``;
-* ``kernel_args(inputs[, **switches]) -> list``: the kernarg list for :func:`gfx950emu.launch`, one
-  entry per metadata ``.args`` item (tensors, ints, or ``common.kernarg_entries`` dicts);
-* ``launch_config(*shape) -> (grid, block)``;
-* ``build(*shape, **switches)``: the FlyDSL launcher, and ``device_args(inputs[, **switches])`` for the
-  device path.
-
-The verdict (:data:`COSINE_MIN`, zero hazards) is the project's correctness gate.
+The verdict -- every output passes, zero hazards -- is the project's correctness gate.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import math
 import time
 from typing import Any
 
-from . import modes, reference, toolchain, variants
+from . import family, modes, reference, toolchain, variants
+from .errors import UsageError
 
-#: The correctness gate: cosine similarity against the reference and no hazard reports.
+#: The gate's cosine for outputs that declare no ``min_cosine`` of their own, and the historical
+#: single-output gate (kept for callers that read it).
 COSINE_MIN = 0.99999
 BACKENDS = ("emulator", "device")
-
-
-def _module(variant: variants.Variant):
-    return importlib.import_module(variants.KERNEL_MODULES[variant.family])
-
-
-def _require(module, *names: str) -> None:
-    missing = [n for n in names if not hasattr(module, n)]
-    if missing:
-        raise ValueError(f"{module.__name__} does not provide {', '.join(missing)} (needed to run it)")
 
 
 def emulator_args(entries: list) -> list:
@@ -70,68 +56,135 @@ def _call_with_switches(func, inputs: dict, switches: frozenset):
     return func(inputs)
 
 
-def _compare(out, ref) -> dict[str, Any]:
-    stats = reference.compare(out, ref)
-    return {
-        "cosine": float(stats["cosine"]),
-        "max_abs_err": float(stats["max_abs_err"]),
-        "max_rel_err": float(stats["max_rel_err"]),
-        "mismatches": int(stats["mismatches"]),
-    }
+def _as_bits(t):
+    """A tensor's elements as integers of the same width (the bytes, element by element)."""
+    import torch
+
+    t = t.detach().contiguous()
+    if not t.dtype.is_floating_point and t.dtype != torch.bool:
+        return t
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.view(ints[t.element_size()])
 
 
-def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulator", seed: int = 0,
-           hazards: str = "report", processes: int = 1) -> dict[str, Any]:
-    """Run ``variant_name`` at ``shape`` and compare it with the reference.
+def ulp(ref):
+    """The spacing of ``ref``'s dtype at ``|ref|`` (float64 tensor): ``eps * 2**floor(log2|ref|)``,
+    the subnormal spacing below the smallest normal."""
+    import torch
 
-    Returns a JSON-ready dict: ``passed``, ``cosine``, ``max_abs_err``, ``max_rel_err``,
-    ``mismatches``, ``hazards`` (count), ``hazard_reports`` (first few, as text), ``backend``,
-    ``variant``, ``shape``, ``seed``, ``seconds`` (backend time), ``compile_seconds``.
-    """
+    info = torch.finfo(ref.dtype)
+    mag = ref.detach().to(torch.float64).abs().clamp_min(info.tiny)
+    return torch.ldexp(torch.full_like(mag, info.eps), torch.floor(torch.log2(mag)).to(torch.int32))
+
+
+def compare_output(spec: family.Output, got, want) -> dict[str, Any]:
+    """One declared output against its reference: ``compare, passed, mismatches, max_abs_err,
+    max_rel_err, cosine, numel`` (+ ``max_ulp_err`` for ``close``). ``exact`` counts elements whose
+    bytes differ; ``close`` counts elements outside ``max_ulp * ulp(|want|) + max_abs`` (non-finite
+    values always count). ``cosine`` is over the values as numbers (for ``exact`` integer outputs, a
+    summary only: the verdict is ``mismatches == 0``)."""
+    import torch
+
+    if tuple(got.shape) != tuple(want.shape):
+        raise ValueError(f"output {spec.name}: kernel buffer shape {tuple(got.shape)} differs from the "
+                         f"reference's {tuple(want.shape)}")
+    stats = reference.compare(got, want)
+    out: dict[str, Any] = {"compare": spec.compare, "cosine": float(stats["cosine"]),
+                           "max_abs_err": float(stats["max_abs_err"]), "max_rel_err": float(stats["max_rel_err"]),
+                           "numel": int(stats["numel"])}
+    if spec.compare == "exact":
+        if got.dtype != want.dtype:
+            raise ValueError(f"output {spec.name}: dtype {got.dtype} differs from the reference's {want.dtype}")
+        out["mismatches"] = int((_as_bits(got) != _as_bits(want)).sum())
+        out["passed"] = out["mismatches"] == 0
+        return out
+    x, y = got.detach().to(torch.float64), want.detach().to(torch.float64)
+    diff = (x - y).abs()
+    step = ulp(want) if want.dtype.is_floating_point else torch.ones_like(y)
+    bound = (spec.max_ulp or 0.0) * step + (spec.max_abs or 0.0)
+    bad = ~torch.isfinite(x) | (diff > bound)
+    ratio = diff / step
+    out["max_ulp_err"] = float(ratio.max()) if ratio.numel() and bool(torch.isfinite(x).all()) else math.inf
+    out["mismatches"] = int(bad.sum())
+    min_cos = spec.min_cosine if spec.min_cosine is not None else COSINE_MIN
+    cos_ok = math.isfinite(out["cosine"]) and out["cosine"] >= min_cos
+    out["passed"] = out["mismatches"] == 0 and cos_ok
+    return out
+
+
+def compare_outputs(fam: family.Family, buffers: dict, expected: dict) -> dict[str, dict[str, Any]]:
+    """Every declared output of ``fam``: name -> :func:`compare_output`'s dict."""
+    missing = [o.name for o in fam.outputs if o.name not in expected]
+    if missing:
+        raise ValueError(f"{fam.module_name}.reference() gives no {', '.join(missing)} (declared in OUTPUTS)")
+    return {o.name: compare_output(o, buffers[o.name], expected[o.name]) for o in fam.outputs}
+
+
+def _check_backend(backend: str) -> None:
     if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        raise UsageError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
     if backend == "device":
         gpu = modes.visible_gpu()
         if gpu is None or gpu.arch != "gfx950":
             where = f"{gpu.name} ({gpu.arch})" if gpu else "no GPU"
-            raise ValueError(f"--backend device needs a gfx950 GPU (MI355X); this machine has {where}")
+            raise UsageError(f"--backend device needs a gfx950 GPU (MI355X); this machine has {where}")
+
+
+def _run_emulator(variant, module, params, shape_kw, inputs, *, hazards, processes) -> dict[str, Any]:
+    import gfx950emu
+
+    art = toolchain.compile(variant.target, params)
+    grid, block = module.launch_config(**shape_kw)
+    program = gfx950emu.load(art.isa)
+    args = emulator_args(_call_with_switches(module.kernel_args, inputs, variant.switches))
+    start = time.perf_counter()
+    run = gfx950emu.launch(program, grid=grid, block=block, args=args, hazards=hazards, processes=processes)
+    return {"seconds": round(time.perf_counter() - start, 3), "compile_seconds": art.compile_seconds,
+            "hazards": len(run.hazards), "hazard_reports": [str(h) for h in run.hazards[:5]]}
+
+
+def _run_device(variant, module, params, inputs) -> dict[str, Any]:
+    import torch
+
+    on_gpu = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in inputs.items()}
+    launcher = module.build(**params)
+    start = time.perf_counter()
+    launcher(*_call_with_switches(module.device_args, on_gpu, variant.switches))
+    torch.cuda.synchronize()
+    seconds = round(time.perf_counter() - start, 3)
+    inputs.update({k: (v.cpu() if hasattr(v, "cpu") else v) for k, v in on_gpu.items()})
+    return {"seconds": seconds, "hazards": 0, "hazard_reports": []}
+
+
+def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulator", seed: int = 0,
+           hazards: str = "report", processes: int = 1) -> dict[str, Any]:
+    """Run ``variant_name`` at ``shape`` and compare every declared output with the reference.
+
+    Returns a JSON-ready dict: ``passed`` (every output passed and no hazards), ``outputs`` (name ->
+    ``passed, mismatches, max_abs_err, cosine, ...``, see :func:`compare_output`), ``failed_outputs``;
+    for compatibility the primary (first declared) output's ``cosine``, ``max_abs_err``,
+    ``max_rel_err`` and ``mismatches`` at top level; ``hazards`` (count), ``hazard_reports`` (first
+    few, as text), ``backend``, ``variant``, ``shape``, ``seed``, ``seconds`` (backend time) and, on
+    the emulator, ``compile_seconds``.
+    """
+    _check_backend(backend)
     variant = variants.get(variant_name)
+    fam = variant.spec
+    module = fam.module
     params = variant.params(tuple(shape))
-    module = _module(variant)
-    _require(module, "make_inputs", "reference", "OUTPUT", "launch_config")
-    shape_args = {k: v for k, v in params.items() if k not in variant.switches}
-    inputs = module.make_inputs(**shape_args, seed=seed)
+    shape_kw = variant.shape(tuple(shape))
+    module.check_shape(**shape_kw)  # one clear error before any compile
+    inputs = module.make_inputs(**shape_kw, seed=seed)
     expected = module.reference(inputs)
     result: dict[str, Any] = {"variant": variant.name, "shape": list(shape), "seed": seed, "backend": backend}
-
     if backend == "emulator":
-        import gfx950emu
-
-        _require(module, "kernel_args")
-        art = toolchain.compile(variant.target, params)
-        grid, block = module.launch_config(**shape_args)
-        program = gfx950emu.load(art.isa)
-        start = time.perf_counter()
-        run = gfx950emu.launch(program, grid=grid, block=block, args=_call_with_switches(module.kernel_args, inputs, variant.switches),
-                               hazards=hazards, processes=processes)
-        result["seconds"] = round(time.perf_counter() - start, 3)
-        result["compile_seconds"] = art.compile_seconds
-        result["hazards"] = len(run.hazards)
-        result["hazard_reports"] = [str(h) for h in run.hazards[:5]]
+        result.update(_run_emulator(variant, module, params, shape_kw, inputs, hazards=hazards, processes=processes))
     else:
-        import torch
-
-        _require(module, "build", "device_args")
-        on_gpu = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in inputs.items()}
-        launcher = module.build(**params)
-        start = time.perf_counter()
-        launcher(*_call_with_switches(module.device_args, on_gpu, variant.switches))
-        torch.cuda.synchronize()
-        result["seconds"] = round(time.perf_counter() - start, 3)
-        result["hazards"] = 0
-        result["hazard_reports"] = []
-        inputs = {k: (v.cpu() if hasattr(v, "cpu") else v) for k, v in on_gpu.items()}
-
-    result.update(_compare(inputs[module.OUTPUT], expected))
-    result["passed"] = bool(result["cosine"] >= COSINE_MIN and result["hazards"] == 0)
+        result.update(_run_device(variant, module, params, inputs))
+    outputs = compare_outputs(fam, inputs, expected)
+    primary = outputs[fam.outputs[0].name]
+    result.update({k: primary[k] for k in ("cosine", "max_abs_err", "max_rel_err", "mismatches")})
+    result["outputs"] = outputs
+    result["failed_outputs"] = [n for n, o in outputs.items() if not o["passed"]]
+    result["passed"] = bool(not result["failed_outputs"] and result["hazards"] == 0)
     return result

@@ -1,28 +1,20 @@
-"""Kernel variants as data: each kernel module declares its ladder; this module collects them.
+"""Kernel variants as data: every registered family's ladder and leave-one-out set, by name.
 
-A kernel module (e.g. ``mxfp4_ablation.kernels.gemm``) exposes
-
-* ``LADDER``: ordered list of ``(variant_name, frozenset(switches))`` -- cumulative steps;
-* ``leave_one_out()`` (optional): list of ``(variant_name, frozenset(switches))``;
-* ``compile_entry(M, N, K, **switches)``: the toolchain target;
-* ``SHAPE_PARAMS`` (default ``("M", "N", "K")``) and ``OPTIONAL_SHAPE_PARAMS``: the names of the numbers
-  of ``--shape``.
-
-A variant's predecessor is the previous ladder step (leave-one-out variants compare against the full
-ladder's last step).
+The families and their :class:`~mxfp4_ablation.family.Switch` records live in
+:mod:`mxfp4_ablation.family` (one registry); this module flattens them into :class:`Variant` rows.
+A ladder variant's predecessor is the previous rung; a leave-one-out variant's is the full ladder's
+last rung.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
-#: Kernel family -> module. Modules that do not exist yet are skipped.
-KERNEL_MODULES = {
-    "gemm": "mxfp4_ablation.kernels.gemm",
-    "moe1": "mxfp4_ablation.kernels.moe_gemm1",
-    "moe2": "mxfp4_ablation.kernels.moe_gemm2",
-}
+from . import family
+from .errors import UsageError
+
+#: Family name -> kernel module (the registry's own list; kept under its old name for callers).
+KERNEL_MODULES = family.FAMILIES
 
 
 @dataclass(frozen=True)
@@ -34,49 +26,63 @@ class Variant:
     kind: str  # "ladder" or "leave-one-out"
 
     @property
+    def spec(self) -> family.Family:
+        """The registered :class:`~mxfp4_ablation.family.Family`."""
+        return family.get(self.family)
+
+    @property
+    def module(self):
+        """The kernel module (the :class:`~mxfp4_ablation.family.KernelFamily` implementation)."""
+        return self.spec.module
+
+    @property
     def target(self) -> str:
-        return f"{KERNEL_MODULES[self.family]}:compile_entry"
+        return self.spec.target
+
+    @property
+    def switch(self) -> str | None:
+        """The one switch this variant adds to (ladder) or drops from (leave-one-out) its predecessor;
+        None for the baseline."""
+        if self.predecessor is None:
+            return None
+        (changed,) = self.switches ^ all_variants()[self.predecessor].switches
+        return changed
+
+    def shape(self, shape: tuple[int, ...]) -> dict:
+        """``--shape`` numbers -> shape keywords (count checked here, values by the kernel module)."""
+        return self.spec.shape(tuple(shape))
 
     def params(self, shape: tuple[int, ...]) -> dict:
-        module = importlib.import_module(KERNEL_MODULES[self.family])
-        names = tuple(getattr(module, "SHAPE_PARAMS", ("M", "N", "K")))
-        optional = tuple(getattr(module, "OPTIONAL_SHAPE_PARAMS", ()))
-        if not len(names) <= len(shape) <= len(names) + len(optional):
-            spec = ",".join(names) + "".join(f"[,{o}]" for o in optional)
-            raise ValueError(f"{self.name} takes a shape {spec}; got {len(shape)} numbers")
-        return {**dict(zip(names + optional, shape)), **{s: True for s in sorted(self.switches)}}
+        """Shape keywords plus ``switch=True`` for each switch: the ``toolchain.compile`` parameters."""
+        return {**self.shape(shape), **{s: True for s in sorted(self.switches)}}
+
+    def switch_kwargs(self) -> dict:
+        return {s: True for s in sorted(self.switches)}
 
 
-def _load(family: str):
-    try:
-        return importlib.import_module(KERNEL_MODULES[family])
-    except ModuleNotFoundError as err:
-        if err.name == KERNEL_MODULES[family]:
-            return None
-        raise
+def family_variants(fam: family.Family) -> dict[str, Variant]:
+    """One family's variants: the ladder in order, then the leave-one-out set."""
+    out: dict[str, Variant] = {}
+    previous = None
+    for name, switches in fam.ladder:
+        out[name] = Variant(name, fam.name, frozenset(switches), previous, "ladder")
+        previous = name
+    for name, switches in fam.leave_one_out():
+        out[name] = Variant(name, fam.name, frozenset(switches), previous, "leave-one-out")
+    return out
 
 
 def all_variants() -> dict[str, Variant]:
     out: dict[str, Variant] = {}
-    for family in KERNEL_MODULES:
-        module = _load(family)
-        if module is None or not hasattr(module, "LADDER"):
-            continue
-        previous = None
-        for name, switches in module.LADDER:
-            out[name] = Variant(name, family, frozenset(switches), previous, "ladder")
-            previous = name
-        last = previous
-        for name, switches in getattr(module, "leave_one_out", lambda: [])():
-            out[name] = Variant(name, family, frozenset(switches), last, "leave-one-out")
+    for fam in family.all_families().values():
+        out.update(family_variants(fam))
     return out
 
 
 def get(name: str) -> Variant:
     variants = all_variants()
     if name not in variants:
-        known = ", ".join(variants) or "none yet"
-        raise ValueError(f"unknown variant {name!r} (known: {known})")
+        raise UsageError(f"unknown variant {name!r} (known: {', '.join(variants)})")
     return variants[name]
 
 
@@ -85,7 +91,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise ValueError(f"shape {text!r} must be comma-separated integers, e.g. 512,512,1024") from None
+        raise UsageError(f"shape {text!r} must be comma-separated integers, e.g. 512,512,1024") from None
     if not shape or any(n <= 0 for n in shape):
-        raise ValueError(f"shape {text!r} must be positive integers")
+        raise UsageError(f"shape {text!r} must be positive integers")
     return shape

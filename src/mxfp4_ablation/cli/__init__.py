@@ -1,8 +1,9 @@
 """The ``mxfp4-ablation`` command line.
 
 Every subcommand takes ``--json``. Errors the user can fix (unknown variant, bad shape, no linker,
-wrong device) print one line to stderr and exit 2; a failed correctness check exits 1.
-Subcommands from other modules register themselves through ``register(subparsers)``
+wrong device: :class:`~mxfp4_ablation.errors.UsageError`, ``ToolchainError``) print one line to
+stderr and exit 2; a failed correctness check exits 1; anything else is a bug and shows its
+traceback. Subcommands from other modules register themselves through ``register(subparsers)``
 (see :data:`EXTENSIONS`).
 """
 
@@ -14,12 +15,10 @@ import json
 import sys
 from typing import Any
 
-#: Modules that add subcommands; a missing one is skipped (it lands with its own feature).
+from ..errors import UsageError
+
+#: Modules that add subcommands (each has ``register(subparsers)``).
 EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify")
-
-
-class UsageError(Exception):
-    """A problem with what the user asked for; printed as one line, exit status 2."""
 
 
 def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:
@@ -83,18 +82,17 @@ def cmd_variants(args: argparse.Namespace) -> int:
 
 
 def _artifact(name: str, shape_text: str):
-    from .. import toolchain, variants
+    from .. import shapes, toolchain, variants
 
     variant = variants.get(name)
-    params = variant.params(variants.parse_shape(shape_text))
-    return variant, toolchain.compile(variant.target, params)
+    shape = shapes.resolve(shape_text)
+    variant.module.check_shape(**variant.shape(shape))  # a bad shape is one line, before any compile
+    return variant, toolchain.compile(variant.target, variant.params(shape))
 
 
 def _metrics(artifact) -> dict:
-    try:
-        from .. import isa
-    except ImportError:
-        return dict(artifact.resources)
+    from .. import isa
+
     return isa.metrics(artifact.isa)
 
 
@@ -126,6 +124,9 @@ def cmd_isa(args: argparse.Namespace) -> int:
 
 # -- entry point ------------------------------------------------------------------------------
 
+SHAPE_HELP = ("the family's shape numbers (M,N,K or tokens,experts,hidden,inter,topk[,block_m]) or a name from "
+              "experiments/shapes.toml")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mxfp4-ablation", description=__doc__.splitlines()[0])
@@ -142,19 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("variants", cmd_variants, "list kernel variants (ladders and leave-one-out sets)")
     p = add("compile", cmd_compile, "compile a variant offline for gfx950 and print its ISA metrics")
     p.add_argument("variant")
-    p.add_argument("--shape", required=True, help="M,N,K")
+    p.add_argument("--shape", required=True, help=SHAPE_HELP)
     p = add("isa", cmd_isa, "print a variant's ISA, or its metric diff against another variant")
     p.add_argument("variant")
-    p.add_argument("--shape", required=True, help="M,N,K")
+    p.add_argument("--shape", required=True, help=SHAPE_HELP)
     p.add_argument("--vs", help="the variant to diff against")
     for module_name in EXTENSIONS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            if err.name == module_name:
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(module_name).register(sub)
     return parser
 
 
@@ -168,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"mxfp4-ablation {args.command}: interrupted (no partial results were kept)", file=sys.stderr)
         return 130
-    except (UsageError, ValueError, ToolchainError) as err:
+    except (UsageError, ToolchainError) as err:
         lines = str(err).strip().splitlines() or [type(err).__name__]
         print(f"mxfp4-ablation {args.command}: {lines[0]}", file=sys.stderr)
         if args.verbose and len(lines) > 1:

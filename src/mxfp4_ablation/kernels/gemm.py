@@ -37,101 +37,140 @@ that is a multiple of 256 works; the runtime loop appears from K = 1024 (v0),
 hand-placed vmcnt counts come from replaying the issue order (:class:`_Plan`);
 ``gfx950emu``'s waitcnt checker and numeric runs confirm them (tests).
 
-Variants are data: :data:`SWITCHES` names the optimisations (each documented
-with the seed's claim, the mechanism, and the ISA metric that should move),
-:data:`LADDER` the cumulative variants ``gemm-v0`` .. ``gemm-v7``, and
-:func:`leave_one_out` the ``gemm-v7-no-<switch>`` sets.  The "seed" is
+Variants are data: :data:`SWITCHES` holds one :class:`~mxfp4_ablation.family.Switch`
+record per optimisation (the seed's claim, the mechanism, the ISA metric that should
+move); the registry (:mod:`mxfp4_ablation.family`) derives the cumulative ladder
+``gemm-v0`` .. ``gemm-v7`` and the ``gemm-v7-no-<switch>`` sets from it.  The "seed" is
 FlyDSL's ``kernels/gemm/fp4_gemm_4wave.py`` (ROCm/FlyDSL; PR #990 = commit
 741f3d6d, and PR #756 for AGPR pinning), whose numbers are quoted, never its
 code.
 """
 
-from collections import OrderedDict
+from mxfp4_ablation import family as _family
+from mxfp4_ablation.errors import UsageError
+from mxfp4_ablation.family import Expect, Output, Seed, Switch
 
-SWITCHES = OrderedDict(
-    agpr_acc=(
-        "Accumulators pinned in AGPRs. Seed claim (FlyDSL PR #756): with the plain scaled-MFMA op the "
-        "compiler spilled accumulators to arch VGPRs and shuffled them with v_accvgpr_mov/read (1679 such "
-        "ops), arch VGPRs hit 256 and scales spilled. Mechanism: every MFMA is inline asm whose result is "
-        "constrained to an AGPR and tied to the accumulator input; K step 0 is peeled so its first K half "
-        "uses the inline constant 0 as src2 instead of a zeroed accumulator. Metric: v_accvgpr_write/read/"
-        "mov in the loop fall to 0, v_accvgpr_write (zeroing) to 0, arch_vgpr falls, agpr = 256."
+#: The kernel family's name (its ladder is ``gemm-v0`` .. ``gemm-v7``) and how errors name it.
+NAME = "gemm"
+LABEL = "GEMM"
+SHAPE_PARAMS = ("M", "N", "K")
+OPTIONAL_SHAPE_PARAMS = ()
+#: The metric set the study judges these switches by (:mod:`mxfp4_ablation.metrics`).
+METRICS = "gemm"
+
+PR_756 = Seed("ROCm/FlyDSL", 756, "20103433", "Add fp4_gemm_4wave: 4-wave MXFP4 GEMM kernel for gfx950")
+PR_990 = Seed("ROCm/FlyDSL", 990, "741f3d6d", "[fp4_gemm_4wave] MXFP4 GEMM perf optimize")
+
+SWITCHES = _family.switch_table(
+    Switch(
+        "agpr_acc", "Accumulators pinned in AGPRs.", PR_756,
+        claim="with the plain scaled-MFMA op the compiler spilled accumulators to arch VGPRs and shuffled them "
+        "with v_accvgpr_mov/read (1679 such ops), arch VGPRs hit 256 and scales spilled.",
+        mechanism="every MFMA is inline asm whose result is constrained to an AGPR and tied to the accumulator "
+        "input; K step 0 is peeled so its first K half uses the inline constant 0 as src2 instead of a zeroed "
+        "accumulator.",
+        metric="v_accvgpr_write/read/mov in the loop fall to 0, v_accvgpr_write (zeroing) to 0, arch_vgpr "
+        "falls, agpr = 256.",
+        expects=(Expect("v_accvgpr_write", "down", note="the zeroing writes go (src2 = 0 instead)"),
+                 Expect("arch_vgpr", "down", seed_before=256, note="seed: arch VGPRs hit 256 before")),
     ),
-    serpentine=(
-        "Serpentine MFMA order. Seed claim (PR #990): an issue order learnt from aiter's asm keeps operands "
-        "hot. Mechanism: each 64x64 block is walked as 2x2 micro-blocks of MFMAs sharing one A-scale and "
-        "one B-scale register (only op_sel changes); consecutive MFMAs alternately reuse the A or the B "
-        "operand and the micro-block rows snake (left-right, then right-left). Metric: mfma_operand_reuse "
-        "(share of consecutive MFMA pairs with a common src0 or src1) rises; MFMA count unchanged."
+    Switch(
+        "serpentine", "Serpentine MFMA order.", PR_990,
+        claim="an issue order learnt from aiter's asm keeps operands hot.",
+        mechanism="each 64x64 block is walked as 2x2 micro-blocks of MFMAs sharing one A-scale and one B-scale "
+        "register (only op_sel changes); consecutive MFMAs alternately reuse the A or the B operand and the "
+        "micro-block rows snake (left-right, then right-left).",
+        metric="mfma_operand_reuse (share of consecutive MFMA pairs with a common src0 or src1) rises; MFMA "
+        "count unchanged.",
+        expects=(Expect("mfma_operand_reuse", "up"),),
     ),
-    g2s_m0=(
-        "Cheap LDS-DMA addressing. Seed claim (PR #990): the wave-uniform LDS base is read-first-laned once, "
-        "m0 is set once per batch of loads then advanced with s_add_u32, and the K offset rides in the "
-        "scalar soffset so each lane's voffset is loop-invariant. Mechanism: the DMA becomes inline asm "
-        "'s_mov_b32 m0 | s_add_u32 m0 ; buffer_load_dwordx4 ... offen lds' (4 loads per m0 batch) with "
-        "per-stage m0 bases precomputed in SGPRs, instead of the compiler intrinsic. Metric: s_mov_b32 m0 "
-        "per K step 16 -> 4, s_add_u32 m0 0 -> 12, no v_readfirstlane and fewer VALU adds in the loop. "
-        "Side effect: the compiler no longer sees the DMA, so its own waits for the VGPR scale loads "
-        "become conservative (loop_s_waitcnt rises until scale_prefetch)."
+    Switch(
+        "g2s_m0", "Cheap LDS-DMA addressing.", PR_990,
+        claim="the wave-uniform LDS base is read-first-laned once, m0 is set once per batch of loads then "
+        "advanced with s_add_u32, and the K offset rides in the scalar soffset so each lane's voffset is "
+        "loop-invariant.",
+        mechanism="the DMA becomes inline asm 's_mov_b32 m0 | s_add_u32 m0 ; buffer_load_dwordx4 ... offen lds' "
+        "(4 loads per m0 batch) with per-stage m0 bases precomputed in SGPRs, instead of the compiler intrinsic.",
+        metric="s_mov_b32 m0 per K step 16 -> 4, s_add_u32 m0 0 -> 12, no v_readfirstlane and fewer VALU adds "
+        "in the loop. Side effect: the compiler no longer sees the DMA, so its own waits for the VGPR scale "
+        "loads become conservative (loop_s_waitcnt rises until scale_prefetch).",
+        expects=(Expect("loop_s_mov_b32_m0", "down", note="per K step 16 -> 4 in our kernel"),
+                 Expect("loop_s_add_u32_m0", "up", note="per K step 0 -> 12 in our kernel"),
+                 Expect("loop_v_add_u32", "down")),
     ),
-    scale_prefetch=(
-        "Scale gather through an LDS ring. Seed claim (PR #990): per K step the tile's scales are one "
-        "buffer_load_dwordx4 ... lds per wave into a 4-slot LDS ring, three K steps ahead, carried to VGPRs "
-        "one step ahead, issued in the MFMA shadow. Mechanism: replaces 8 buffer_load_dword (to VGPR) per "
-        "wave per K step; the ring read (ds_read2st64_b32) sits after the first 64x64 block's MFMAs. "
-        "Metric: buffer_load_dword in the loop -> 0, one more LDS-DMA per step, lds_bytes +16 KiB, "
-        "loop_s_waitcnt falls. Requires g2s_m0 (same DMA path and wait accounting)."
+    Switch(
+        "scale_prefetch", "Scale gather through an LDS ring.", PR_990,
+        claim="per K step the tile's scales are one buffer_load_dwordx4 ... lds per wave into a 4-slot LDS ring, "
+        "three K steps ahead, carried to VGPRs one step ahead, issued in the MFMA shadow.",
+        mechanism="replaces 8 buffer_load_dword (to VGPR) per wave per K step; the ring read (ds_read2st64_b32) "
+        "sits after the first 64x64 block's MFMAs.",
+        metric="buffer_load_dword in the loop -> 0, one more LDS-DMA per step, lds_bytes +16 KiB, loop_s_waitcnt "
+        "falls.",
+        expects=(Expect("loop_buffer_load_dword", "down", note="to 0"), Expect("loop_ds_read_b32", "up")),
+        requires=("g2s_m0",),
     ),
-    b_carry=(
-        "Carry the next step's second B operand. Seed claim (PR #990): reading the second B fragment of "
-        "the next K step in the current step and carrying it across the loop edge lets the waits fold into "
-        "s_waitcnt vmcnt(N) lgkmcnt(0) + s_barrier; hot-loop s_waitcnt 68 -> 8 per 4 K steps. Mechanism: "
-        "at the end of step k one folded wait (vmcnt(N) lgkmcnt(0) + s_barrier) makes step k+1's tiles "
-        "visible, the B half-1 fragments are ds_read and passed as loop-carried values, and step k+1 "
-        "starts without a wait. Metric: LDS reads between the step start and its first MFMA 32 -> 24; "
-        "loop_s_waitcnt does not rise (this kernel already waits only twice per step, so the seed's "
-        "68 -> 8 has no counterpart here). Requires g2s_m0 (hand-counted vmcnt)."
+    Switch(
+        "b_carry", "Carry the next step's second B operand.", PR_990,
+        claim="reading the second B fragment of the next K step in the current step and carrying it across the "
+        "loop edge lets the waits fold into s_waitcnt vmcnt(N) lgkmcnt(0) + s_barrier; hot-loop s_waitcnt "
+        "68 -> 8 per 4 K steps.",
+        mechanism="at the end of step k one folded wait (vmcnt(N) lgkmcnt(0) + s_barrier) makes step k+1's tiles "
+        "visible, the B half-1 fragments are ds_read and passed as loop-carried values, and step k+1 starts "
+        "without a wait.",
+        metric="LDS reads between the step start and its first MFMA 32 -> 24; loop_s_waitcnt does not rise "
+        "(this kernel already waits only twice per step, so the seed's 68 -> 8 has no counterpart here).",
+        expects=(Expect("loop_s_waitcnt_per_4k", "down", seed_before=68, seed_after=8,
+                        note="ours already waits twice per step; the fall is small"),),
+        requires=("g2s_m0",),
     ),
-    wide_epilogue=(
-        "16-byte epilogue stores. Seed claim (PR #990): computing C^T by swapping the MFMA operands gives "
-        "each lane four consecutive columns of one row; cvt_pk_bf16 + v_permlane16_swap pair two tiles so "
-        "a lane holds 8 consecutive bf16 = 16 bytes for one buffer_store_dwordx4, interleaved into the "
-        "tail MFMAs. Mechanism: operands and scales swapped in every MFMA; each 64x64 block is stored "
-        "right after its last MFMA of the last K step. Metric: buffer_store_by_width {2: 256} -> "
-        "{16: 32}; 64 v_permlane16_swap appear."
+    Switch(
+        "wide_epilogue", "16-byte epilogue stores.", PR_990,
+        claim="computing C^T by swapping the MFMA operands gives each lane four consecutive columns of one row; "
+        "cvt_pk_bf16 + v_permlane16_swap pair two tiles so a lane holds 8 consecutive bf16 = 16 bytes for one "
+        "buffer_store_dwordx4, interleaved into the tail MFMAs.",
+        mechanism="operands and scales swapped in every MFMA; each 64x64 block is stored right after its last "
+        "MFMA of the last K step.",
+        metric="buffer_store_by_width {2: 256} -> {16: 32}; 64 v_permlane16_swap appear.",
+        expects=(Expect("buffer_store_2B", "down", note="256 -> 0 in our kernel"),
+                 Expect("buffer_store_16B", "up", note="0 -> 32 in our kernel")),
     ),
-    static_prologue=(
-        "Compile-time M and N. Seed claim (PR #990): with M, N and the wave count compile-time constants "
-        "no integer division runs before the first load; instructions before the first buffer_load "
-        "272 -> 88. Mechanism: M and N are baked in, so the XCD tile order and buffer sizes fold to "
-        "constants, shifts and multiply-high. Metric: insts_before_first_buffer_load falls; the "
-        "integer-division idiom (v_cvt_f32_u32 + v_rcp_f32) disappears."
+    Switch(
+        "static_prologue", "Compile-time M and N.", PR_990,
+        claim="with M, N and the wave count compile-time constants no integer division runs before the first "
+        "load; instructions before the first buffer_load 272 -> 88.",
+        mechanism="M and N are baked in, so the XCD tile order and buffer sizes fold to constants, shifts and "
+        "multiply-high.",
+        metric="insts_before_first_buffer_load falls; the integer-division idiom (v_cvt_f32_u32 + v_rcp_f32) "
+        "disappears.",
+        expects=(Expect("insts_before_first_buffer_load", "down", seed_before=272, seed_after=88),
+                 Expect("int_div_idiom", "down")),
     ),
 )
 
-#: Switches that only make sense on top of another one.
-DEPENDS = {"scale_prefetch": "g2s_m0", "b_carry": "g2s_m0"}
-
-_ORDER = list(SWITCHES)
-LADDER = [(f"gemm-v{i}", frozenset(_ORDER[:i])) for i in range(len(_ORDER) + 1)]
+#: C, bf16 [M, N]: every element is one f32 dot product of K exactly representable products
+#: (fp4 x fp4 x 2^e), rounded once to bf16. The reference sums in a different order (torch f32
+#: matmul), so the two f32 sums differ by a few f32 ulps and may round to neighbouring bf16 values:
+#: at most one bf16 ulp, plus the f32 summation error where the sum cancels (bounded absolutely).
+OUTPUTS = (
+    Output("C", "close", max_ulp=1, max_abs=2.0 ** -10, min_cosine=0.99999,
+           why="one bf16 rounding of an f32 sum whose order differs from the reference's: <= 1 bf16 ulp, "
+           "plus <= 2^-10 absolute where the sum cancels (f32 reordering error of K <= 16384 exact products)"),
+)
 
 BLOCK_M = BLOCK_N = 256
 BLOCK_K = 256  # fp4 per K step
 N_WAVES = 4
 
 
-def leave_one_out():
-    """``[(name, switches)]``: gemm-v7 without each switch nothing else depends on."""
-    full = LADDER[-1][1]
-    needed = set(DEPENDS.values())
-    return [(f"gemm-v7-no-{s}", full - {s}) for s in _ORDER if s not in needed]
+def _fam():
+    return _family.of_module(__name__)
 
 
 def min_k_for_loop(switches) -> int:
     """Smallest K at which the variant has a runtime K loop (smaller K, down to the
     256 minimum, run fully unrolled): 1024 for v0, 1280 once agpr_acc peels step 0,
     1536 once scale_prefetch keeps the ring three steps ahead."""
-    sw = check_config(256, 256, 256, switches)
+    sw = _fam().check_switches(switches)
     head = 1 if "agpr_acc" in sw else 0
     k_iters = 1
     while True:
@@ -141,32 +180,16 @@ def min_k_for_loop(switches) -> int:
         k_iters += 1
 
 
-def variant(name: str) -> frozenset:
-    """The switch set of a ladder or leave-one-out variant name."""
-    for n, s in LADDER + leave_one_out():
-        if n == name:
-            return s
-    known = ", ".join(n for n, _ in LADDER + leave_one_out())
-    raise ValueError(f"unknown GEMM variant {name!r}; known: {known}.")
-
-
-def check_config(M, N, K, switches) -> frozenset:
-    """Validate shapes and switches (before any compile); returns the switch set."""
+def check_shape(M, N, K) -> dict:
+    """Validate a shape before any compile (one clear ValueError); returns it as keywords."""
     for name, v in (("M", M), ("N", N), ("K", K)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}.")
+            raise UsageError(f"{name} must be a positive integer, got {v!r}.")
     if M % BLOCK_M or N % BLOCK_N:
-        raise ValueError(f"M and N must be multiples of {BLOCK_M} (one 256x256 tile per workgroup), got M={M}, N={N}.")
+        raise UsageError(f"M and N must be multiples of {BLOCK_M} (one 256x256 tile per workgroup), got M={M}, N={N}.")
     if K % BLOCK_K:
-        raise ValueError(f"K must be a multiple of {BLOCK_K} (one K step = 256 fp4), got K={K}.")
-    sw = frozenset(switches)
-    unknown = sorted(sw - set(SWITCHES))
-    if unknown:
-        raise ValueError(f"unknown GEMM switch(es) {', '.join(unknown)}; known: {', '.join(SWITCHES)}.")
-    for s, dep in DEPENDS.items():
-        if s in sw and dep not in sw:
-            raise ValueError(f"switch {s} depends on {dep}; enable {dep} too.")
-    return sw
+        raise UsageError(f"K must be a multiple of {BLOCK_K} (one K step = 256 fp4), got K={K}.")
+    return {"M": M, "N": N, "K": K}
 
 
 # ============================================================================ kernel emission
@@ -176,7 +199,7 @@ def check_config(M, N, K, switches) -> frozenset:
 # leaves their Python loops alone: they unroll at trace time.
 
 # FlyDSL takes seconds to import; it is loaded on the first build() so that reading the
-# ladder (SWITCHES, LADDER, leave_one_out) stays cheap.  The names below are filled in by
+# switch records stays cheap.  The names below are filled in by
 # _load_flydsl() and used by the emission code at trace time only.
 flyc = fx = ir = llvm = rocdl = T = C = const_expr = range_constexpr = None
 
@@ -664,10 +687,8 @@ def build(M: int, N: int, K: int, **switches):
     off).  M and N are only baked in with ``static_prologue``; otherwise the launcher
     passes them at run time and they merely pick the grid here.
     """
-    bad = [n for n, v in switches.items() if not isinstance(v, bool)]
-    if bad:
-        raise ValueError(f"GEMM switches take True/False; got {', '.join(f'{n}={switches[n]!r}' for n in bad)}.")
-    sw = check_config(M, N, K, [n for n, on in switches.items() if on])
+    check_shape(M, N, K)
+    sw = _fam().switch_kwargs(switches)
     _load_flydsl()
     layout = _Steps(sw, M, N, K)  # trace-free: only to know the loop's range here
     lo, hi = layout.lo, layout.hi
@@ -736,7 +757,7 @@ def make_inputs(M: int, N: int, K: int, seed: int = 0) -> dict:
 
     from mxfp4_ablation import formats
 
-    check_config(M, N, K, ())
+    check_shape(M, N, K)
     gen = torch.Generator().manual_seed(seed)
     a_q, a_s = formats.quantize_mxfp4(torch.randn(M, K, generator=gen))
     b_q, b_s = formats.quantize_mxfp4(torch.randn(N, K, generator=gen))
@@ -747,39 +768,37 @@ def make_inputs(M: int, N: int, K: int, seed: int = 0) -> dict:
     }
 
 
-def kernel_args(inputs: dict) -> list:
+def kernel_args(inputs: dict, **switches) -> list:
     """The emulator's kernarg list (metadata ``.args`` order): A, B, C, A_scale, B_scale
     as pointer + layout block each, then M and N as i32 (see ``common.kernarg_entries``).
-    C (bf16 [M, N]) is the output."""
+    C (bf16 [M, N]) is the output. No switch changes the list (``switches`` are validated)."""
+    _fam().switch_kwargs(switches)
     missing = [n for n in ARG_NAMES if n not in inputs]
     if missing:
         raise ValueError(f"GEMM inputs lack {', '.join(missing)} (need {', '.join(ARG_NAMES)}).")
     M, N = inputs["M"], inputs["N"]
     K = int(inputs["A"].shape[-1]) * 2
-    check_config(M, N, K, ())
+    check_shape(M, N, K)
     _load_flydsl()
     return C.kernarg_values([(n, inputs[n]) for n in ARG_NAMES])
 
 
-#: The key of the output in :func:`make_inputs`' dict: C, bf16 [M, N].
-OUTPUT = "C"
-
-
-def reference(inputs: dict):
-    """What C must hold: the dense reference on the unshuffled operands, rounded to bf16."""
+def reference(inputs: dict) -> dict:
+    """What C must hold (``{"C": ...}``): the dense reference on the unshuffled operands, rounded to bf16."""
     from mxfp4_ablation.reference import gemm_reference
 
-    return gemm_reference(inputs["A_q"], inputs["A_s"], inputs["B_q"], inputs["B_s"])
+    return {"C": gemm_reference(inputs["A_q"], inputs["A_s"], inputs["B_q"], inputs["B_s"])}
 
 
 def launch_config(M: int, N: int, K: int):
     """``(grid, block)`` of one launch: one 256-thread workgroup (4 waves) per 256x256 tile."""
-    check_config(M, N, K, ())
+    check_shape(M, N, K)
     return ((M // BLOCK_M) * (N // BLOCK_N), 1, 1), (64 * N_WAVES, 1, 1)
 
 
-def device_args(inputs: dict) -> tuple:
+def device_args(inputs: dict, **switches) -> tuple:
     """The FlyDSL launcher's arguments (tensors already on the GPU), in ``ARG_NAMES`` order."""
+    _fam().switch_kwargs(switches)
     return tuple(inputs[n] for n in ARG_NAMES)
 
 
@@ -788,15 +807,18 @@ def flops(M: int, N: int, K: int) -> float:
     return 2.0 * M * N * K
 
 
+def bytes(M: int, N: int, K: int) -> float:  # noqa: A001 - the contract's name
+    """Compulsory DRAM traffic of one launch: A and B (fp4) and their E8M0 scales read once, C (bf16)
+    written once."""
+    return float(M * K // 2 + N * K // 2 + (M + N) * (K // 32) + 2 * M * N)
+
+
 def compile_entry(M: int, N: int, K: int, variant_name: str = None, **switches):
     """``(jit_launcher, args)`` for ``toolchain.compile``; pass switches by name or a
     ladder/leave-one-out ``variant_name`` (e.g. ``"gemm-v3"``)."""
     import torch
 
-    if variant_name is not None:
-        if switches:
-            raise ValueError("give either variant_name or individual switches, not both.")
-        switches = {s: True for s in variant(variant_name)}
+    switches = _fam().resolve(variant_name, switches)
     launcher = build(M, N, K, **switches)
     # Only shapes and dtypes matter for an offline compile: zero tensors are enough.
     args = (
@@ -809,3 +831,6 @@ def compile_entry(M: int, N: int, K: int, variant_name: str = None, **switches):
         N,
     )
     return launcher, args
+
+
+__doc__ = _family.document(__doc__, SWITCHES)

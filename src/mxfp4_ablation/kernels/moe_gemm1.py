@@ -41,173 +41,101 @@ lane (one dword = bytes ``2g, 2g+1`` of the first 16 columns and ``2g, 2g+1`` of
 the second), stored as two ``buffer_store_short`` and one ``buffer_store_byte``
 of the scale (the four lanes of a row write the same byte to the same address).
 
-Variants are data: :data:`SWITCHES`, :data:`LADDER` (``moe1-v0`` .. ``moe1-v2``)
-and :func:`leave_one_out` (``moe1-v2-no-<switch>``).  The seed is aiter PR #3828
+Variants are data: :data:`SWITCHES` holds the :class:`~mxfp4_ablation.family.Switch` records,
+from which the registry derives the ladder (``moe1-v0`` .. ``moe1-v2``) and the
+leave-one-out set (``moe1-v2-no-<switch>``).  The seed is aiter PR #3828
 (merge b242ba66a6, "flydsl mxfp4 a4w4 MoE: bring gemm1/gemm2 to parity with the
 HIP backend"), whose claims are quoted, never its code.
 """
 
 
-from collections import OrderedDict
+from mxfp4_ablation import family as _family
+from mxfp4_ablation.errors import UsageError
+from mxfp4_ablation.family import Expect, Output, Seed, Switch
 
-SWITCHES = OrderedDict(
-    int64_abi=(
-        "Bare 64-bit base addresses as kernel arguments. Seed claim (aiter PR #3828, first commit): passing "
-        "data_ptr() as fx.Int64 instead of full memref/tensor descriptors packs the addresses contiguously "
-        "into the kernarg segment (a coalesced s_load prologue): ~7% faster at decode (M=4/8), parity by "
-        "M~64. Mechanism: each global buffer is one 8-byte by_value argument; the buffer resource is built "
-        "in the kernel from the address (rocdl.make.buffer.rsrc) with compile-time / token-count sizes, "
-        "instead of a pointer plus a layout block (i32 dims + i64 strides) per tensor. Metric: kernarg "
-        "bytes (metadata .kernarg_segment_size 208 -> 76) and entries (19 -> 10) fall; the s_load_dword* "
-        "that read them fall 10 -> 3 (one s_load_dwordx16 + x2 + dword instead of nine x2 + one dword) "
-        "while the dwords fetched stay 19 (the layout blocks were never read). Cost: building each V# from a "
-        "bare address adds a few SALU (+9 instructions, +8 SGPRs at Kimi decode)."
+from .moe_shape import BLOCK_MS, OPTIONAL_SHAPE_PARAMS, SHAPE_PARAMS, default_block_m, max_sorted  # noqa: F401
+
+NAME = "moe1"
+LABEL = "moe1"
+METRICS = "moe"
+
+PR_3828 = Seed("ROCm/aiter", 3828, "b242ba66a6",
+               "flydsl mxfp4 a4w4 MoE: bring gemm1/gemm2 to parity with the HIP backend")
+
+SWITCHES = _family.switch_table(
+    Switch(
+        "int64_abi", "Bare 64-bit base addresses as kernel arguments.", PR_3828,
+        claim="(first commit) passing data_ptr() as fx.Int64 instead of full memref/tensor descriptors packs the "
+        "addresses contiguously into the kernarg segment (a coalesced s_load prologue): ~7% faster at decode "
+        "(M=4/8), parity by M~64.",
+        mechanism="each global buffer is one 8-byte by_value argument; the buffer resource is built in the kernel "
+        "from the address (rocdl.make.buffer.rsrc) with compile-time / token-count sizes, instead of a pointer "
+        "plus a layout block (i32 dims + i64 strides) per tensor.",
+        metric="kernarg bytes (metadata .kernarg_segment_size 208 -> 76) and entries (19 -> 10) fall; the "
+        "s_load_dword* that read them fall 10 -> 3 (one s_load_dwordx16 + x2 + dword instead of nine x2 + one "
+        "dword) while the dwords fetched stay 19 (the layout blocks were never read). Cost: building each V# "
+        "from a bare address adds a few SALU (+9 instructions, +8 SGPRs at Kimi decode).",
+        expects=(Expect("kernarg_bytes", "down", note="208 -> 76 in our kernel"),
+                 Expect("s_load", "down", note="10 -> 3 in our kernel")),
     ),
-    exp2=(
-        "Hardware exp2 in silu. Seed claim (aiter PR #3828, 'flydsl mxfp4 gemm1: hardware exp2 in silu'): "
-        "rocdl.exp2 emits a bare v_exp_f32 instead of the library exp2 expansion with its v_ldexp and "
-        "range-clamp v_cmp/v_cndmask; ~31% of gemm1's non-MFMA VALU removed, large M 2-6% faster. "
-        "Mechanism: silu(g) = g * rcp(1 + exp2(-g*log2 e)), 8 exps per lane per 16-row group. ON: "
-        "rocdl.exp2 -> llvm.amdgcn.exp2 -> one v_exp_f32 (a denormal result flushes to 0: harmless here). "
-        "OFF: the library-style expansion written in FlyDSL arithmetic (see _exp2), because the real "
-        "library call cannot be compiled offline: math.exp2 lowers to __ocml_exp2_f32, which needs the "
-        "ROCm device-library bitcode, and FlyDSL's convert-gpu-to-rocdl pass marks llvm.intr.exp2 "
-        "illegal. The expansion: n = rint(x) (v_rndne), v_exp_f32(x - n), v_cvt_i32 + v_ldexp_f32 by n, "
-        "clamps x > 128 -> inf and x < -150 -> 0 (v_cmp + v_cndmask each). (The shorter denormal-scaling "
-        "form - offset inputs below -126 by +64, scale back by 2^-64 - was tried too: LLVM folds its "
-        "ldexp-by-select into a v_pk_mul + v_cndmask, so no v_ldexp is left to see.) Metric, over the "
-        "epilogue: v_exp_f32 unchanged (one per element either way), v_ldexp_f32 -> 0, v_cndmask and "
-        "v_cmp fall by 2 per element, non-MFMA VALU falls (157 -> 97 at Kimi decode, 1199 -> 724 at "
-        "prefill)."
+    Switch(
+        "exp2", "Hardware exp2 in silu.", PR_3828,
+        claim="('flydsl mxfp4 gemm1: hardware exp2 in silu') rocdl.exp2 emits a bare v_exp_f32 instead of the "
+        "library exp2 expansion with its v_ldexp and range-clamp v_cmp/v_cndmask; ~31% of gemm1's non-MFMA VALU "
+        "removed, large M 2-6% faster.",
+        mechanism="silu(g) = g * rcp(1 + exp2(-g*log2 e)), 8 exps per lane per 16-row group. ON: rocdl.exp2 -> "
+        "llvm.amdgcn.exp2 -> one v_exp_f32 (a denormal result flushes to 0: harmless here). OFF: the "
+        "library-style expansion written in FlyDSL arithmetic (see _exp2), because the real library call cannot "
+        "be compiled offline: math.exp2 lowers to __ocml_exp2_f32, which needs the ROCm device-library bitcode, "
+        "and FlyDSL's convert-gpu-to-rocdl pass marks llvm.intr.exp2 illegal. The expansion: n = rint(x) "
+        "(v_rndne), v_exp_f32(x - n), v_cvt_i32 + v_ldexp_f32 by n, clamps x > 128 -> inf and x < -150 -> 0 "
+        "(v_cmp + v_cndmask each). (The shorter denormal-scaling form - offset inputs below -126 by +64, scale "
+        "back by 2^-64 - was tried too: LLVM folds its ldexp-by-select into a v_pk_mul + v_cndmask, so no "
+        "v_ldexp is left to see.)",
+        metric="over the epilogue: v_exp_f32 unchanged (one per element either way), v_ldexp_f32 -> 0, "
+        "v_cndmask and v_cmp fall by 2 per element, non-MFMA VALU falls (157 -> 97 at Kimi decode, 1199 -> 724 "
+        "at prefill).",
+        expects=(Expect("epi_v_ldexp_f32", "down", note="to 0"), Expect("epi_v_cndmask", "down"),
+                 Expect("epi_valu", "down", note="seed: ~31% of non-MFMA VALU removed")),
     ),
 )
 
-_ORDER = list(SWITCHES)
-LADDER = [(f"moe1-v{i}", frozenset(_ORDER[:i])) for i in range(len(_ORDER) + 1)]
-
-#: The numbers the CLI passes (``--shape tokens,experts,hidden,inter,topk``).
-SHAPE_PARAMS = ("tokens", "experts", "hidden", "inter", "topk")
-#: A sixth --shape number picks the row block (16: decode, 128: prefill); default by token count.
-OPTIONAL_SHAPE_PARAMS = ("block_m",)
-#: Key of the kernel's output in :func:`make_inputs`' dict (the fp4 bytes; the
-#: scales land in ``inter_scale``).
-OUTPUT = "inter_quant"
+#: Both outputs are quantised (fp4 bytes and E8M0 scale bytes), so both are compared byte for byte
+#: with ``moe.host.emulate_gemm1``, which computes the same f32 silu*up and MoE E8M0 rule.
+OUTPUTS = (
+    Output("inter_quant", "exact", why="packed fp4 of silu(gate)*up: quantised values, bytes must match"),
+    Output("inter_scale", "exact", why="E8M0 block scales (preshuffled): bytes must match"),
+)
 
 BLOCK_N = 128  # intermediate columns per workgroup (32 per wave)
 N_WAVES = 4
 K_STEP = 256  # fp4 per K step (two MFMAs of 128)
-BLOCK_MS = (16, 128)  # decode, prefill
 LOG2E = 1.4426950408889634
 KERNEL_NAME = "mxfp4_moe_gemm1"
 ARG_NAMES = ("a_quant", "a_scale", "w1", "w1_scale", "sorted_expert_ids", "num_valid_ids", "m_indices",
              "inter_quant", "inter_scale", "tokens")
 
 
-def leave_one_out():
-    """``[(name, switches)]``: moe1-v2 without each switch (they are independent)."""
-    full = LADDER[-1][1]
-    return [(f"{LADDER[-1][0]}-no-{s}", full - {s}) for s in _ORDER]
+def _fam():
+    return _family.of_module(__name__)
 
 
-def variant(name: str) -> frozenset:
-    """The switch set of a ladder or leave-one-out variant name."""
-    for n, s in LADDER + leave_one_out():
-        if n == name:
-            return s
-    known = ", ".join(n for n, _ in LADDER + leave_one_out())
-    raise ValueError(f"unknown moe1 variant {name!r}; known: {known}.")
+def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
+    """Validate a shape before any compile (one clear ValueError); returns it with ``block_m`` defaulted."""
+    from .moe_shape import check
 
-
-def default_block_m(tokens: int) -> int:
-    """The regime's rows per block: 16 (decode) below 4096 tokens, else 128 (prefill)."""
-    from mxfp4_ablation.moe.host import PREFILL_FROM_TOKENS
-
-    return 128 if tokens >= PREFILL_FROM_TOKENS else 16
-
-
-def check_config(tokens, experts, hidden, inter, topk, block_m=None, switches=()):
-    """Validate a shape and switch set before any compile; returns ``(block_m, switches)``."""
-    for name, v in (("tokens", tokens), ("experts", experts), ("hidden", hidden), ("inter", inter),
-                    ("topk", topk)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}.")
+    shape = check(tokens, experts, hidden, inter, topk, block_m)
     if hidden % K_STEP:
-        raise ValueError(f"hidden must be a multiple of {K_STEP} (one K step), got {hidden}.")
-    if inter % BLOCK_N or inter % 256:
-        raise ValueError(f"inter must be a multiple of 256 (128-column tiles, 8-column scale words), got {inter}.")
-    if topk > experts:
-        raise ValueError(f"topk ({topk}) cannot exceed experts ({experts}).")
-    if tokens >= 1 << 24:
-        raise ValueError(f"tokens must be below 2**24 (24-bit token field), got {tokens}.")
+        raise UsageError(f"hidden must be a multiple of {K_STEP} (one K step), got {hidden}.")
     if tokens * hidden // 2 >= 1 << 32 or experts * inter * hidden >= 1 << 32:
-        raise ValueError("a_quant and w1 must each stay below 4 GiB (32-bit buffer offsets).")
-    if block_m is None:
-        block_m = default_block_m(tokens)
-    if block_m not in BLOCK_MS:
-        raise ValueError(f"block_m must be one of {BLOCK_MS} (decode / prefill), got {block_m!r}.")
-    bad = [s for s in switches if s not in SWITCHES]
-    if bad:
-        raise ValueError(f"unknown moe1 switch(es) {', '.join(sorted(bad))}; known: {', '.join(SWITCHES)}.")
-    return block_m, frozenset(switches)
-
-
-def max_sorted(tokens, experts, topk, block_m) -> int:
-    """Rows of the sorted buffers (``moe.host.max_sorted_rows``)."""
-    from mxfp4_ablation.moe.host import max_sorted_rows
-
-    return max_sorted_rows(tokens, topk, experts, block_m)
+        raise UsageError("a_quant and w1 must each stay below 4 GiB (32-bit buffer offsets).")
+    return shape
 
 
 def launch_config(tokens, experts, hidden, inter, topk, block_m=None):
     """``(grid, block)``: one workgroup per (sorted block, 128 intermediate columns)."""
-    block_m, _ = check_config(tokens, experts, hidden, inter, topk, block_m)
+    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
     return (max_sorted(tokens, experts, topk, block_m) // block_m, inter // BLOCK_N, 1), (64 * N_WAVES, 1, 1)
-
-
-def switch_metrics(isa_text) -> dict:
-    """The numbers the two switches move, from a compiled kernel's ``.s`` text (or Artifact).
-
-    * ``kernarg_bytes`` (metadata ``.kernarg_segment_size``), ``kernarg_entries`` (metadata
-      ``.args``), ``s_load`` (``s_load_*`` instructions: all of them read kernel arguments
-      here) and ``s_load_dwords`` (dwords they fetch) -- ``int64_abi``;
-    * over the epilogue (the instructions after the K loop's backward branch; the whole
-      kernel when the loop was unrolled away): ``v_exp_f32``, ``v_ldexp_f32``,
-      ``v_cndmask``, ``v_cmp`` and ``valu`` (VALU instructions other than MFMAs) -- ``exp2``;
-    * ``kernel_valu``: the same VALU count over the whole kernel.
-    """
-    from mxfp4_ablation import isa
-
-    text = getattr(isa_text, "isa", isa_text)
-    if not isinstance(text, str):
-        raise ValueError("switch_metrics needs ISA text or a toolchain Artifact.")
-    kernels = isa.parse(text)
-    if not kernels:
-        raise ValueError("the ISA text holds no kernel.")
-    k = kernels[0]
-    insts = k.instructions
-    found = isa.loops(k)
-    tail = insts[max(lp.end for lp in found) + 1:] if found else insts
-
-    def count(seq, *prefixes):
-        return sum(1 for i in seq if i.opcode.startswith(prefixes))
-
-    def valu(seq):
-        return sum(1 for i in seq if i.opcode.startswith("v_") and not i.opcode.startswith(("v_mfma", "v_smfmac")))
-
-    width = {"s_load_dword": 1, "s_load_dwordx2": 2, "s_load_dwordx4": 4, "s_load_dwordx8": 8,
-             "s_load_dwordx16": 16}
-    return {
-        "kernarg_bytes": k.metadata.get(".kernarg_segment_size"),
-        "kernarg_entries": len(k.metadata.get(".args", [])),
-        "s_load": count(insts, "s_load_"),
-        "s_load_dwords": sum(width.get(i.opcode, 0) for i in insts),
-        "v_exp_f32": count(tail, "v_exp_f32"),
-        "v_ldexp_f32": count(tail, "v_ldexp_f32"),
-        "v_cndmask": count(tail, "v_cndmask"),
-        "v_cmp": count(tail, "v_cmp"),
-        "valu": valu(tail),
-        "kernel_valu": valu(insts),
-    }
 
 
 # ============================================================================ kernel emission
@@ -215,15 +143,27 @@ def switch_metrics(isa_text) -> dict:
 # The emission helpers live in a module-level class (not inside the @kernel body) so
 # FlyDSL's AST rewriter leaves their Python loops alone: they unroll at trace time.
 
-import flydsl.compiler as flyc  # noqa: E402
-import flydsl.expr as fx  # noqa: E402
-from flydsl._mlir import ir  # noqa: E402
-from flydsl._mlir.dialects import arith as _arith  # noqa: E402
-from flydsl._mlir.dialects import llvm  # noqa: E402
-from flydsl.expr import const_expr, rocdl  # noqa: E402
-from flydsl.expr.typing import T  # noqa: E402
+# FlyDSL takes seconds to import; it loads on the first build() / kernel_args() so that registering
+# the family (reading its records) stays cheap. The names are filled in by _load_flydsl().
+flyc = fx = ir = _arith = llvm = const_expr = rocdl = T = C = None
 
-from . import common as C  # noqa: E402
+
+def _load_flydsl():
+    global flyc, fx, ir, _arith, llvm, const_expr, rocdl, T, C
+    if fx is not None:
+        return
+    import flydsl.compiler as _flyc
+    import flydsl.expr as _fx
+    from flydsl._mlir import ir as _ir
+    from flydsl._mlir.dialects import arith as _ar
+    from flydsl._mlir.dialects import llvm as _llvm
+    from flydsl.expr import const_expr as _ce, rocdl as _rocdl
+    from flydsl.expr.typing import T as _T
+
+    from . import common as _C
+
+    flyc, fx, ir, _arith, llvm, const_expr, rocdl, T, C = _flyc, _fx, _ir, _ar, _llvm, _ce, _rocdl, _T, _C
+
 
 _UNBOUNDED = 0xFFFFFFFF
 # Buffer-resource dword 3 for gfx9 raw buffers, as FlyDSL's make_buffer_ptr builds it.
@@ -448,10 +388,9 @@ def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
     """The ``@flyc.jit`` launcher for the given sizes and switches (names of
     :data:`SWITCHES` mapped to booleans; missing = off).  ``tokens`` only picks the
     default regime and the grid: the kernel reads the token count at run time."""
-    bad = [n for n, v in switches.items() if not isinstance(v, bool)]
-    if bad:
-        raise ValueError(f"moe1 switches take True/False; got {', '.join(f'{n}={switches[n]!r}' for n in bad)}.")
-    block_m, sw = check_config(tokens, experts, hidden, inter, topk, block_m, [n for n, on in switches.items() if on])
+    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
+    sw = _fam().switch_kwargs(switches)
+    _load_flydsl()
     proto = _Emitter(sw, experts, hidden, inter, block_m)
     KI = proto.K1
     attrs = {"rocdl.flat_work_group_size": "256,256"}
@@ -505,7 +444,7 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
 
     from mxfp4_ablation.moe import host
 
-    block_m, _ = check_config(tokens, experts, hidden, inter, topk, block_m)
+    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
     regime = "decode" if block_m == 16 else "prefill"
     problem = host.MoEProblem(experts=experts, hidden=hidden, intermediate=inter, topk=topk, tokens=tokens,
                               seed=seed, regime=regime)
@@ -529,15 +468,11 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
     }
 
 
-def reference(inputs: dict):
-    """What the kernel must write into ``inter_quant``: ``moe.host.emulate_gemm1``'s fp4
-    bytes (its scales are :func:`reference_scales`)."""
-    return _emulated(inputs)[0]
-
-
-def reference_scales(inputs: dict):
-    """``moe.host.emulate_gemm1``'s preshuffled scale bytes (compare with ``inter_scale``)."""
-    return _emulated(inputs)[1]
+def reference(inputs: dict) -> dict:
+    """What the kernel must write: ``moe.host.emulate_gemm1``'s fp4 bytes (``inter_quant``) and its
+    preshuffled scale bytes (``inter_scale``)."""
+    q, s = _emulated(inputs)
+    return {"inter_quant": q, "inter_scale": s}
 
 
 def _emulated(inputs: dict):
@@ -566,12 +501,10 @@ def kernel_args(inputs: dict, **switches) -> list:
     carrying the tensor, which the emulator maps; the metadata calls it ``by_value``).
     ``switches`` are a variant's switches (only ``int64_abi`` changes the list)."""
     _check_inputs(inputs)
-    bad = [s for s in switches if s not in SWITCHES]
-    if bad:
-        raise ValueError(f"unknown moe1 switch(es) {', '.join(sorted(bad))}; known: {', '.join(SWITCHES)}.")
-    int64_abi = bool(switches.get("int64_abi"))
+    int64_abi = "int64_abi" in _fam().switch_kwargs(switches)
     spec = [(n, inputs[n]) for n in ARG_NAMES]
     if not int64_abi:
+        _load_flydsl()
         return C.kernarg_entries(spec)
     out = []
     for n, (name, value) in enumerate(spec[:-1]):
@@ -585,7 +518,7 @@ def device_args(inputs: dict, **switches) -> tuple:
     """The launcher's positional arguments for on-device tensors (``int64_abi`` passes
     ``data_ptr()`` addresses instead of the tensors)."""
     _check_inputs(inputs)
-    int64_abi = bool(switches.get("int64_abi"))
+    int64_abi = "int64_abi" in _fam().switch_kwargs(switches)
     bufs = [inputs[n] for n in ARG_NAMES[:-1]]
     if int64_abi:
         bufs = [t.data_ptr() for t in bufs]
@@ -601,17 +534,25 @@ def flops(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
     return float(gemm1_flops(tokens * topk, hidden, inter))
 
 
+def bytes(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None) -> float:  # noqa: A001
+    """Compulsory DRAM traffic of one launch: the activations and their scales, the gate/up weights and
+    scales of every expert the routing can touch (at most ``min(experts, tokens * topk)``), and the
+    requantised output of the valid rows (fp4 + E8M0)."""
+    active = min(experts, tokens * topk)
+    rows = tokens * topk
+    return float(tokens * hidden // 2 + tokens * hidden // 32 + active * 2 * inter * (hidden // 2 + hidden // 32)
+                 + rows * (inter // 2 + inter // 32))
+
+
 def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None,
                   variant_name: str = None, **switches):
     """``(jit_launcher, args)`` for ``toolchain.compile``; switches by name or a
     ladder / leave-one-out ``variant_name`` (e.g. ``"moe1-v1"``)."""
     import torch
 
-    if variant_name is not None:
-        if switches:
-            raise ValueError("give either variant_name or individual switches, not both.")
-        switches = {s: True for s in variant(variant_name)}
-    block_m, _ = check_config(tokens, experts, hidden, inter, topk, block_m, [s for s, on in switches.items() if on])
+    switches = _fam().resolve(variant_name, switches)
+    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
+    _fam().switch_kwargs(switches)
     launcher = build(tokens, experts, hidden, inter, topk, block_m, **switches)
     rows = max_sorted(tokens, experts, topk, block_m)
     # Only shapes and dtypes matter for an offline compile: zero tensors are enough.
@@ -629,3 +570,6 @@ def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int,
     if switches.get("int64_abi"):
         tensors = tuple(0x10000 * (n + 1) for n in range(len(tensors)))  # addresses: any value compiles
     return launcher, (*tensors, tokens, rows // block_m)
+
+
+__doc__ = _family.document(__doc__, SWITCHES)

@@ -41,71 +41,93 @@ four consecutive bf16 of one row = two packed-bf16 atomics or one 8-byte store.
 The scale word of a lane holds four E8M0 bytes, byte ``2*kp + np`` (kp = 128-K half,
 np = 16-row tile of the 32-row pair); the kernel shifts the wanted byte down to byte 0.
 
-Variants are data: :data:`SWITCHES` (each with the seed's claim, the mechanism and the
-ISA metric it should move), :data:`LADDER` (``moe2-v0`` .. ``moe2-v4``) and
-:func:`leave_one_out` (``moe2-v4-no-<switch>``).  The seed is aiter PR #3828 ("flydsl
+Variants are data: :data:`SWITCHES` holds the :class:`~mxfp4_ablation.family.Switch` records
+(the seed's claim, the mechanism and the ISA metric each should move), from which the registry
+derives the ladder (``moe2-v0`` .. ``moe2-v4``) and the leave-one-out set (``moe2-v4-no-<switch>``).  The seed is aiter PR #3828 ("flydsl
 mxfp4 a4w4 MoE: bring gemm1/gemm2 to parity with the HIP backend"); its claims are
 quoted, never its code.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from mxfp4_ablation import family as _family
+from mxfp4_ablation.errors import UsageError
+from mxfp4_ablation.family import Expect, Output, Seed, Switch
 
-SWITCHES = OrderedDict(
-    int64_abi=(
-        "Bare 64-bit base addresses as kernel arguments. Seed claim (aiter PR #3828): passing each buffer "
-        "as an i64 address instead of a memref/tensor descriptor makes gemm2 ~7 % faster at decode, with "
-        "parity by M~64 (a launch-bound kernel pays for every kernarg load before its first memory "
-        "access). Mechanism: a FlyDSL fx.Tensor argument is a pointer plus a layout block (dims as i32, "
-        "strides as i64) that the kernel loads to size its buffer resources; with int64_abi each buffer is "
-        "one 8-byte argument and every size is a compile-time constant. Metric: kernarg_bytes falls "
-        "(180 -> 76 here) and the s_load_dword* count falls (18 -> 3 at decode, 13 -> 3 at prefill)."
+from .moe_shape import BLOCK_MS, OPTIONAL_SHAPE_PARAMS, SHAPE_PARAMS, default_block_m, regime  # noqa: F401
+
+NAME = "moe2"
+LABEL = "MoE gemm2"
+METRICS = "moe"
+
+PR_3828 = Seed("ROCm/aiter", 3828, "b242ba66a6",
+               "flydsl mxfp4 a4w4 MoE: bring gemm1/gemm2 to parity with the HIP backend")
+
+SWITCHES = _family.switch_table(
+    Switch(
+        "int64_abi", "Bare 64-bit base addresses as kernel arguments.", PR_3828,
+        claim="passing each buffer as an i64 address instead of a memref/tensor descriptor makes gemm2 ~7 % "
+        "faster at decode, with parity by M~64 (a launch-bound kernel pays for every kernarg load before its "
+        "first memory access).",
+        mechanism="a FlyDSL fx.Tensor argument is a pointer plus a layout block (dims as i32, strides as i64) "
+        "that the kernel loads to size its buffer resources; with int64_abi each buffer is one 8-byte argument "
+        "and every size is a compile-time constant.",
+        metric="kernarg_bytes falls (180 -> 76 here) and the s_load_dword* count falls (18 -> 3 at decode, "
+        "13 -> 3 at prefill).",
+        expects=(Expect("kernarg_bytes", "down", note="180 -> 76 in our kernel"),
+                 Expect("s_load", "down", note="18 -> 3 decode, 13 -> 3 prefill in our kernel")),
     ),
-    unsigned_div=(
-        "Unsigned division for non-negative index math. Seed claim (aiter PR #3828): divui/remui instead "
-        "of the signed forms removes the sign-correction SALU of every division in the index prologue. "
-        "Mechanism: a signed divide by a constant is a high multiply (s_mul_hi_i32) or shift plus a "
-        "correction that adds the sign bit (s_ashr_i32 / s_lshr_b32 31 + s_add_i32), a signed remainder "
-        "a further multiply-subtract; every index here is >= 0, so arith.divui/remui give the same numbers "
-        "without it. Metric: s_ashr_i32 + v_ashrrev_i32 count falls to 0, s_mul_hi_i32 becomes "
-        "s_mul_hi_u32 (Kimi: H/256 = 28 column blocks), instruction count falls."
+    Switch(
+        "unsigned_div", "Unsigned division for non-negative index math.", PR_3828,
+        claim="divui/remui instead of the signed forms removes the sign-correction SALU of every division in the "
+        "index prologue.",
+        mechanism="a signed divide by a constant is a high multiply (s_mul_hi_i32) or shift plus a correction "
+        "that adds the sign bit (s_ashr_i32 / s_lshr_b32 31 + s_add_i32), a signed remainder a further "
+        "multiply-subtract; every index here is >= 0, so arith.divui/remui give the same numbers without it.",
+        metric="s_ashr_i32 + v_ashrrev_i32 count falls to 0, s_mul_hi_i32 becomes s_mul_hi_u32 (Kimi: H/256 = "
+        "28 column blocks), instruction count falls.",
+        expects=(Expect("sign_shifts", "down", note="to 0"), Expect("s_mul_hi_i32", "down"),
+                 Expect("instructions", "down")),
     ),
-    backend_waitcnt=(
-        "Let LLVM own the K-loop waits. Seed claim (aiter PR #3828): the hand-written inline-asm "
-        "s_waitcnt vmcnt(N) in the K loop came on top of the waits LLVM's SIInsertWaitcnts pass inserts "
-        "anyway (it cannot see into inline asm), so every K step waited twice - the large-M bubble. "
-        "Mechanism: drop the inline-asm wait after each step's prefetch; the pass's own per-register "
-        "vmcnt waits remain and are sufficient (the asm, a scheduling barrier, also stops going in the "
-        "scheduler's way). Metric: loop_s_waitcnt falls (9 -> 3 small decode, 18 -> 6 small prefill, "
-        "by one at the Kimi shape), loop_instructions fall, MFMA count unchanged."
+    Switch(
+        "backend_waitcnt", "Let LLVM own the K-loop waits.", PR_3828,
+        claim="the hand-written inline-asm s_waitcnt vmcnt(N) in the K loop came on top of the waits LLVM's "
+        "SIInsertWaitcnts pass inserts anyway (it cannot see into inline asm), so every K step waited twice - "
+        "the large-M bubble.",
+        mechanism="drop the inline-asm wait after each step's prefetch; the pass's own per-register vmcnt waits "
+        "remain and are sufficient (the asm, a scheduling barrier, also stops going in the scheduler's way).",
+        metric="loop_s_waitcnt falls (9 -> 3 small decode, 18 -> 6 small prefill, by one at the Kimi shape), "
+        "loop_instructions fall, MFMA count unchanged.",
+        expects=(Expect("loop_s_waitcnt", "down"), Expect("loop_instructions", "down")),
     ),
-    epilogue_strength_reduction=(
-        "Hoist the row x N_OUT multiply out of the store loop. Seed claim (aiter PR #3828): the bf16 "
-        "epilogue computed a 64-bit (row * N_OUT + col) * 2 byte offset for every stored element; "
-        "computing the lane's base address once and adding compile-time offsets per element removes the "
-        "64-bit multiply-adds. Mechanism: element (row tile mt, column tile nt) is at lane_base + "
-        "2 * (16 * mt * N_OUT + 16 * nt) with lane_base the only run-time product. Metric: v_mad_u64_u32 "
-        "falls to 1 (Kimi N_OUT 7168: 32 -> 1 at prefill, 7 -> 1 at decode); with a power-of-two N_OUT "
-        "the product is a shift, and the epilogue's instruction count falls instead (small shape: "
-        "-23 at decode, -56 at prefill)."
+    Switch(
+        "epilogue_strength_reduction", "Hoist the row x N_OUT multiply out of the store loop.", PR_3828,
+        claim="the bf16 epilogue computed a 64-bit (row * N_OUT + col) * 2 byte offset for every stored element; "
+        "computing the lane's base address once and adding compile-time offsets per element removes the 64-bit "
+        "multiply-adds.",
+        mechanism="element (row tile mt, column tile nt) is at lane_base + 2 * (16 * mt * N_OUT + 16 * nt) with "
+        "lane_base the only run-time product.",
+        metric="v_mad_u64_u32 falls to 1 (Kimi N_OUT 7168: 32 -> 1 at prefill, 7 -> 1 at decode); with a "
+        "power-of-two N_OUT the product is a shift, and the epilogue's instruction count falls instead (small "
+        "shape: -23 at decode, -56 at prefill).",
+        expects=(Expect("v_mad_u64_u32", "down", note="to 1 at the Kimi shape"),
+                 Expect("epilogue_instructions", "down")),
     ),
 )
 
-#: Switches that need another one (none: all four are independent).
-DEPENDS: dict = {}
+#: ``out`` is bf16. Prefill stores ``bf16(y)`` per row: one rounding of an f32 dot product of ``inter``
+#: exact products, summed in an order that may differ from ``moe.host.emulate_gemm2``'s: <= 1 bf16 ulp
+#: (plus a tiny absolute term where the sum cancels). Decode adds ``bf16(w * y)`` of each of a token's
+#: ``topk`` rows with packed-bf16 atomics, in whatever order the workgroups run: each add rounds to
+#: bf16, so a different order moves the result by up to one bf16 ulp per add after the first (the
+#: bound below allows topk = 9, Kimi's).
+OUTPUTS = (
+    Output("out", "close", max_ulp=9, max_abs=2.0 ** -10, min_cosine=0.99999,
+           why="prefill: one bf16 rounding of a reordered f32 sum (<= 1 ulp); decode: topk bf16 atomic adds in "
+           "any order (<= 1 ulp per add after the first; 9 covers topk <= 9 ... 10), plus 2^-10 absolute where "
+           "a sum cancels"),
+)
 
-_ORDER = list(SWITCHES)
-LADDER = [(f"moe2-v{i}", frozenset(_ORDER[:i])) for i in range(len(_ORDER) + 1)]
-
-#: The numbers the CLI's ``--shape`` passes, in order (``block_m`` is an optional keyword
-#: everywhere; it defaults to the regime rule of :func:`default_block_m`).
-SHAPE_PARAMS = ("tokens", "experts", "hidden", "inter", "topk")
-#: A sixth --shape number picks the row block (16: decode, 128: prefill); default by token count.
-OPTIONAL_SHAPE_PARAMS = ("block_m",)
-#: The output tensor in :func:`make_inputs`'s dict.
-OUTPUT = "out"
-#: Kernel parameters in order (each a tensor, or with ``int64_abi`` an i64 address; ``tokens`` i32).
 ARG_NAMES = ("inter", "inter_scale", "w2", "w2_scale", "sorted_ids", "sorted_weights", "sorted_expert_ids",
              "num_valid_ids", "out", "tokens")
 KERNEL_NAME = "mxfp4_moe_gemm2"
@@ -113,83 +135,27 @@ KERNEL_NAME = "mxfp4_moe_gemm2"
 BLOCK_N = 256  # hidden columns per workgroup
 N_WAVES = 4
 K_STEP = 128  # fp4 per MFMA (and per K-loop iteration)
-BLOCK_MS = (16, 128)  # decode, prefill
 
 
-def leave_one_out():
-    """``[(name, switches)]``: ``moe2-v4`` without each (independent) switch."""
-    full = LADDER[-1][1]
-    needed = set(DEPENDS.values())
-    return [(f"moe2-v4-no-{s}", full - {s}) for s in _ORDER if s not in needed]
+def _fam():
+    return _family.of_module(__name__)
 
 
-def variant(name: str) -> frozenset:
-    """The switch set of a ladder or leave-one-out variant name."""
-    for n, s in LADDER + leave_one_out():
-        if n == name:
-            return s
-    known = ", ".join(n for n, _ in LADDER + leave_one_out())
-    raise ValueError(f"unknown MoE gemm2 variant {name!r}; known: {known}.")
+def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
+    """One clear ValueError for a shape this kernel cannot run; returns it with ``block_m`` defaulted."""
+    from .moe_shape import check
 
-
-def default_block_m(tokens: int) -> int:
-    """Rows per block of the seed's Kimi config: 16 (decode) below
-    ``moe.host.PREFILL_FROM_TOKENS`` (4096) tokens, else 128 (prefill)."""
-    from mxfp4_ablation.moe.host import PREFILL_FROM_TOKENS
-
-    return 16 if tokens < PREFILL_FROM_TOKENS else 128
-
-
-def regime(block_m: int) -> str:
-    """``"decode"`` (atomic epilogue) for block_m 16, ``"prefill"`` (per-row stores) for 128."""
-    return "decode" if block_m == 16 else "prefill"
-
-
-def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> int:
-    """One clear ValueError for a shape this kernel cannot run; returns block_m (defaulted)."""
-    if block_m is None and isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
-        block_m = default_block_m(tokens)
-    for name, v in (("tokens", tokens), ("experts", experts), ("hidden", hidden), ("inter", inter),
-                    ("topk", topk), ("block_m", block_m)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}.")
-    if block_m not in BLOCK_MS:
-        raise ValueError(f"block_m must be 16 (decode, atomic) or 128 (prefill, per-row stores), got {block_m}.")
+    shape = check(tokens, experts, hidden, inter, topk, block_m)
     if hidden % BLOCK_N:
-        raise ValueError(f"hidden must be a multiple of {BLOCK_N} (one 256-column block per workgroup), got {hidden}.")
-    if inter % 256:
-        raise ValueError(f"inter must be a multiple of 256 (the scale preshuffle's 8-word group), got {inter}.")
-    if topk > experts:
-        raise ValueError(f"topk ({topk}) cannot exceed experts ({experts}).")
-    if tokens >= 1 << 24:
-        raise ValueError(f"tokens must be below 2**24 (the sorted id's token field), got {tokens}.")
-    return block_m
-
-
-def _switch_set(switches: dict) -> frozenset:
-    """``{name: bool}`` keywords -> the set of switches that are on (validated)."""
-    bad = [n for n, v in switches.items() if not isinstance(v, bool)]
-    if bad:
-        raise ValueError(f"MoE gemm2 switches take True/False; got {', '.join(f'{n}={switches[n]!r}' for n in bad)}.")
-    return check_switches([n for n, on in switches.items() if on])
-
-
-def check_switches(switches) -> frozenset:
-    sw = frozenset(switches)
-    unknown = sorted(sw - set(SWITCHES))
-    if unknown:
-        raise ValueError(f"unknown MoE gemm2 switch(es) {', '.join(unknown)}; known: {', '.join(SWITCHES)}.")
-    for s, dep in DEPENDS.items():
-        if s in sw and dep not in sw:
-            raise ValueError(f"switch {s} depends on {dep}; enable {dep} too.")
-    return sw
+        raise UsageError(f"hidden must be a multiple of {BLOCK_N} (one 256-column block per workgroup), got {hidden}.")
+    return shape
 
 
 class Geometry:
     """Every compile-time number of one shape (sizes in bytes unless named otherwise)."""
 
     def __init__(self, tokens, experts, hidden, inter, topk, block_m=None):
-        block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)
+        block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
         from mxfp4_ablation.moe.host import max_sorted_rows
 
         self.M, self.E, self.H, self.I, self.topk, self.BM = tokens, experts, hidden, inter, topk, block_m
@@ -229,14 +195,25 @@ def launch_config(tokens, experts, hidden, inter, topk, block_m=None):
 # Python loops and ifs alone: they unroll at trace time.  Control flow that must exist at run
 # time (the early exit, the K loop, the padding test) is built with scf ops directly.
 
-import flydsl.compiler as flyc  # noqa: E402
-import flydsl.expr as fx  # noqa: E402
-from flydsl._mlir import ir  # noqa: E402
-from flydsl._mlir.dialects import arith, llvm, scf  # noqa: E402
-from flydsl.expr import rocdl  # noqa: E402
-from flydsl.expr.typing import T  # noqa: E402
+# FlyDSL takes seconds to import; it loads on the first build() / kernel_args() so that registering
+# the family (reading its records) stays cheap. The names are filled in by _load_flydsl().
+flyc = fx = ir = arith = llvm = scf = rocdl = T = C = None
 
-from . import common as C  # noqa: E402
+
+def _load_flydsl():
+    global flyc, fx, ir, arith, llvm, scf, rocdl, T, C
+    if fx is not None:
+        return
+    import flydsl.compiler as _flyc
+    import flydsl.expr as _fx
+    from flydsl._mlir import ir as _ir
+    from flydsl._mlir.dialects import arith as _arith, llvm as _llvm, scf as _scf
+    from flydsl.expr import rocdl as _rocdl
+    from flydsl.expr.typing import T as _T
+
+    from . import common as _C
+
+    flyc, fx, ir, arith, llvm, scf, rocdl, T, C = _flyc, _fx, _ir, _arith, _llvm, _scf, _rocdl, _T, _C
 
 _BUFFER_FLAGS = (7 << 12) | (4 << 15)  # gfx9 buffer resource word 3: 32-bit data format, no swizzle
 
@@ -514,8 +491,9 @@ def _unflat(values, like):
 def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None, **switches):
     """The ``@flyc.jit`` launcher of gemm2 for one shape and switch set (names of
     :data:`SWITCHES` mapped to booleans, missing = off; ``block_m`` None = :func:`default_block_m`)."""
-    sw = _switch_set(switches)
+    sw = _fam().switch_kwargs(switches)
     g = Geometry(tokens, experts, hidden, inter, topk, block_m)
+    _load_flydsl()
     attrs = {"rocdl.flat_work_group_size": "256,256"}
 
     if "int64_abi" in sw:
@@ -636,7 +614,7 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
             "block_m": block_m}
 
 
-def reference(inputs: dict):
+def reference(inputs: dict) -> dict:
     """What the kernel must leave in ``out``: :func:`mxfp4_ablation.moe.host.emulate_gemm2` on the
     same buffers - ``out`` (bf16 ``[M, H]``) for decode, ``flat_out`` (bf16 ``[max_sorted, H]``,
     before the host's scatter-reduce) for prefill."""
@@ -646,7 +624,7 @@ def reference(inputs: dict):
     epilog = "atomic" if inputs["block_m"] == 16 else "nonatomic"
     res = host.emulate_gemm2(inputs["inter"], inputs["inter_scale"], inputs["w2_shuf"], inputs["w2_scale_shuf"],
                              inputs["sorting"], epilog)
-    return res["out"] if epilog == "atomic" else res["flat_out"]
+    return {"out": res["out"] if epilog == "atomic" else res["flat_out"]}
 
 
 def _check_inputs(inputs: dict):
@@ -665,9 +643,10 @@ def kernel_args(inputs: dict, **switches) -> list:
     writes its address there; the metadata calls it an 8-byte ``by_value``), ``tokens`` an i32.
     """
     _check_inputs(inputs)
-    sw = _switch_set(switches)
+    sw = _fam().switch_kwargs(switches)
     spec = [(n, inputs[n]) for n in ARG_NAMES]
     if "int64_abi" not in sw:
+        _load_flydsl()
         return C.kernarg_entries(spec)
     out, offset = [], 0
     for name, value in spec:
@@ -685,7 +664,7 @@ def device_args(inputs: dict, **switches) -> tuple:
     """The launcher's positional arguments for a device run (tensors on the GPU): the tensors
     themselves, or with ``int64_abi`` their ``data_ptr()`` addresses; ``tokens`` as an int."""
     _check_inputs(inputs)
-    sw = _switch_set(switches)
+    sw = _fam().switch_kwargs(switches)
     if "int64_abi" in sw:
         return tuple(v if isinstance(v, int) else int(v.data_ptr()) for v in (inputs[n] for n in ARG_NAMES))
     return tuple(inputs[n] for n in ARG_NAMES)
@@ -699,14 +678,23 @@ def flops(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
     return float(gemm2_flops(tokens * topk, hidden, inter))
 
 
+def bytes(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None) -> float:  # noqa: A001
+    """Compulsory DRAM traffic of one launch: the valid rows of the intermediate (fp4 + E8M0), the down
+    weights and scales of every expert the routing can touch (at most ``min(experts, tokens * topk)``),
+    and the bf16 output (``[tokens, hidden]`` at decode, one row per valid pair at prefill)."""
+    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
+    rows = tokens * topk
+    active = min(experts, rows)
+    out_rows = tokens if block_m == 16 else rows
+    return float(rows * (inter // 2 + inter // 32) + active * hidden * (inter // 2 + inter // 32)
+                 + out_rows * hidden * 2)
+
+
 def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None,
                   variant_name: str = None, **switches):
     """``(jit_launcher, args)`` for ``toolchain.compile``; pass switches by name or a
     ladder/leave-one-out ``variant_name`` (e.g. ``"moe2-v2"``)."""
-    if variant_name is not None:
-        if switches:
-            raise ValueError("give either variant_name or individual switches, not both.")
-        switches = {s: True for s in variant(variant_name)}
+    switches = _fam().resolve(variant_name, switches)
     launcher = build(tokens, experts, hidden, inter, topk, block_m, **switches)
     g = Geometry(tokens, experts, hidden, inter, topk, block_m)
     bufs = _zero_buffers(g)
@@ -715,3 +703,6 @@ def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int,
     else:
         args = tuple(bufs[n] for n in ARG_NAMES)
     return launcher, args
+
+
+__doc__ = _family.document(__doc__, SWITCHES)

@@ -676,6 +676,22 @@ SUMMARY_RUN = "summary"
 SUMMARY_FIGURES: dict[str, tuple] = {}
 
 
+def switch_expectations(family: str, switch: str) -> tuple:
+    """``((metric, direction), ...)`` from the switch's :class:`mxfp4_ablation.family.Switch` record."""
+    from .. import family as families
+
+    record = families.get(family).switches.get(switch)
+    return tuple((e.metric, e.direction) for e in record.expects) if record is not None else ()
+
+
+def expectations_of(family: str) -> dict:
+    """switch -> ``((metric, direction), ...)`` for every switch of ``family`` that expects something."""
+    from .. import family as families
+
+    return {name: tuple((e.metric, e.direction) for e in rec.expects)
+            for name, rec in families.get(family).switches.items() if rec.expects}
+
+
 def _kernel_module(family: str) -> str:
     from .. import variants
 

@@ -18,33 +18,22 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .. import isa, plots
+from .. import metrics, plots, shapes
 from . import engine, readme, speed, tables, views
 from .tables import StudyError
 
 FAMILY = "gemm"
-#: The shape the ISA is read at: the PR's first benchmark shape (a runtime K loop of 32 steps; M, N that
-#: static_prologue can fold).
-ISA_SHAPE = (8192, 8192, 8192)
-#: Emulator shapes: one workgroup, and 2x2 workgroups (multi-tile).
-EMULATED_SHAPES = ((256, 256, 2048), (512, 512, 2048))
-#: On an MI355X: the PR's benchmark shapes (M = N, K).
-DEVICE_SHAPES = ((8192, 8192, 8192), (8192, 8192, 16384), (16384, 16384, 8192), (16384, 16384, 16384))
+#: Shapes are data (experiments/shapes.toml, group "gemm"): the ISA shape (PR #990's first benchmark
+#: shape), the emulator's shapes (one workgroup and 2x2 workgroups, K = 2048: two trips of the runtime K
+#: loop in every variant) and an MI355X's (the PR's four benchmark shapes).
+ISA_SHAPE = tuple(shapes.shapes("gemm", "isa")[0])
+EMULATED_SHAPES = tuple(shapes.shapes("gemm", "emulated"))
+DEVICE_SHAPES = tuple(shapes.shapes("gemm", "device"))
 #: MFMAs per wave per K step (4 blocks x 16 accumulators x 2 MFMAs of 128 K each).
-MFMA_PER_K_STEP = 128
+MFMA_PER_K_STEP = metrics.GEMM_MFMA_PER_K_STEP
 SUMMARY_RUN = engine.SUMMARY_RUN
-
-#: What each switch should do to the ISA, as ``(metric, "down" | "up")`` (the seed's claims; a
-#: fallback until the kernel module's Switch records carry them).
-EXPECTATIONS: dict[str, tuple[tuple[str, str], ...]] = {
-    "agpr_acc": (("v_accvgpr_write", "down"), ("arch_vgpr", "down")),
-    "serpentine": (("mfma_operand_reuse", "up"),),
-    "g2s_m0": (("loop_s_mov_b32_m0", "down"), ("loop_s_add_u32_m0", "up"), ("loop_v_add_u32", "down")),
-    "scale_prefetch": (("loop_buffer_load_dword", "down"), ("loop_ds_read_b32", "up")),
-    "b_carry": (("loop_s_waitcnt_per_4k", "down"),),
-    "wide_epilogue": (("buffer_store_2B", "down"), ("buffer_store_16B", "up")),
-    "static_prologue": (("insts_before_first_buffer_load", "down"), ("int_div_idiom", "down")),
-}
+#: The GEMM metric set (:mod:`mxfp4_ablation.metrics`).
+study_metrics = metrics.gemm_metrics
 
 #: Metrics the ladder figure and README table show (in this order), with short labels.
 KEY_METRICS = (
@@ -66,55 +55,6 @@ PUBLISHED_STAGES = PUBLISHED.stages
 PUBLISHED_LABELS = {"before_990": "before #990", "after_990": "after #990", "aiter_asm": "aiter asm"}
 
 
-# ============================================================================ the family's metrics
-
-
-def _count(insts, pred) -> int:
-    return sum(1 for i in insts or () if pred(i))
-
-
-def _writes_m0(inst, opcode: str) -> bool:
-    return inst.opcode == opcode and bool(inst.operands) and inst.operands[0] == "m0"
-
-
-def study_metrics(isa_text: Any) -> dict[str, float | None]:
-    """:func:`isa.metrics`' scalar metrics plus the counts the GEMM switches are judged by.
-
-    Added keys: ``buffer_store_2B`` / ``buffer_store_16B`` (stores by bytes per lane);
-    ``v_accvgpr_mov``; ``v_permlane16_swap``; ``int_div_idiom`` (``v_rcp_iflag_f32`` +
-    ``v_rcp_f32`` + ``v_cvt_f32_u32``: LLVM's expansion of an unsigned integer division through a float
-    reciprocal); ``mfma_operand_reuse`` (hot loop); ``loop_k_steps`` (hot-loop MFMAs / 128);
-    ``loop_s_waitcnt_per_4k`` (the PR's unit); and counts in the hot loop: ``loop_buffer_load_dword``,
-    ``loop_ds_read_b32``, ``loop_v_readfirstlane``, ``loop_v_add_u32``, ``loop_s_mov_b32_m0`` /
-    ``loop_s_add_u32_m0`` (writes of m0). Loop keys are None when the kernel has no loop.
-    """
-    m = isa.metrics(isa_text)
-    out: dict[str, float | None] = {k: m[k] for k in isa.SCALAR_KEYS}
-    widths = {int(k): v for k, v in (m.get("buffer_store_by_width") or {}).items()}
-    hist = m.get("opcode_histogram") or {}
-    out["buffer_store_2B"] = widths.get(2, 0)
-    out["buffer_store_16B"] = widths.get(16, 0)
-    out["v_accvgpr_mov"] = sum(c for op, c in hist.items() if op.startswith("v_accvgpr_mov"))
-    out["v_permlane16_swap"] = sum(c for op, c in hist.items() if op.startswith("v_permlane16_swap"))
-    out["int_div_idiom"] = sum(c for op, c in hist.items() if op.startswith(("v_rcp_iflag_f32", "v_rcp_f32",
-                                                                             "v_cvt_f32_u32")))
-    body = isa.hot_loop(isa_text)
-    out["mfma_operand_reuse"] = isa.mfma_operand_reuse(isa_text, loop_only=True)
-    loop_mfma = m.get("loop_mfma")
-    k_steps = loop_mfma / MFMA_PER_K_STEP if loop_mfma else None
-    out["loop_k_steps"] = k_steps
-    out["loop_s_waitcnt_per_4k"] = (m["loop_s_waitcnt"] * 4 / k_steps) if k_steps else None
-    counts = {"loop_buffer_load_dword": lambda i: i.opcode == "buffer_load_dword",
-              "loop_ds_read_b32": lambda i: i.opcode.startswith("ds_read") and i.opcode.endswith("_b32"),
-              "loop_v_readfirstlane": lambda i: i.opcode.startswith("v_readfirstlane"),
-              "loop_v_add_u32": lambda i: i.opcode.startswith("v_add_u32"),
-              "loop_s_mov_b32_m0": lambda i: _writes_m0(i, "s_mov_b32"),
-              "loop_s_add_u32_m0": lambda i: _writes_m0(i, "s_add_u32")}
-    for key, pred in counts.items():
-        out[key] = None if body is None else _count(body, pred)
-    return out
-
-
 # ============================================================================ the configuration
 
 
@@ -134,18 +74,6 @@ def _gate(ran: pd.DataFrame, study) -> tuple[str, str]:
     return ", ".join(shapes), "passed" if len(shapes) >= 2 and multi_tile else "passed (too few shapes)"
 
 
-def _expectations(family: str, switch: str) -> tuple:
-    from .. import variants
-
-    records = getattr(variants, "family", None)
-    record = None
-    if records is not None:  # the Switch records of mxfp4_ablation.family, where they exist
-        record = records.get(family).switches.get(switch)
-    if record is not None and getattr(record, "expects", None):
-        return tuple((e.metric, e.direction) for e in record.expects)
-    return EXPECTATIONS.get(switch, ())
-
-
 def compile_variants(names: Sequence[str], shape: Sequence[int]) -> list:
     """Offline gfx950 compiles of ``names`` at ``shape`` (one worker for all cache misses)."""
     return engine.compile_variants([STUDY.variant(n) for n in names], shape)
@@ -154,7 +82,7 @@ def compile_variants(names: Sequence[str], shape: Sequence[int]) -> list:
 SPEC = engine.Spec(
     name=FAMILY, title="GEMM", families={"gemm": "GEMM"},
     regimes=(engine.Regime(None, ISA_SHAPE, EMULATED_SHAPES, DEVICE_SHAPES),),
-    shape_text=shape_text, check_shape=_check_shape, expectations=_expectations, key_metrics=KEY_METRICS,
+    shape_text=shape_text, check_shape=_check_shape, expectations=engine.switch_expectations, key_metrics=KEY_METRICS,
     study_metrics=lambda text: study_metrics(text), gate=_gate, coverage_column="shapes", published=PUBLISHED,
     seed="FlyDSL PR #990 / PR #756",
     baseline_text="The baseline: the same 4-wave 256x256-tile kernel with every optimisation switch off. "
@@ -310,3 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     from .cli import main as cli_main
 
     return cli_main(argv, study=FAMILY)
+
+
+def __getattr__(name: str):
+    if name == "EXPECTATIONS":  # lazily: the Switch records live with the kernel module (FlyDSL)
+        return engine.expectations_of(FAMILY)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

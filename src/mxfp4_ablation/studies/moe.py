@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .. import isa, plots
+from .. import metrics, plots, shapes
 from . import engine, speed, tables, views
 from .tables import StudyError
 
@@ -27,32 +27,19 @@ from .tables import StudyError
 GEMMS = {"moe1": "gemm1", "moe2": "gemm2"}
 #: First notebook number of each gemm's ladder: notebooks/moe/10_gemm1_baseline.py, 20_gemm2_...
 SLUG_BASE = {"moe1": 10, "moe2": 20}
-REGIMES = ("decode", "prefill")
-BLOCK_M = {"decode": 16, "prefill": 128}
-#: Where the ISA is read: Kimi-K2.5 TP=4 (experts 385, hidden 7168, inter 512, topk 9).
-ISA_CASES = {"decode": (16, 385, 7168, 512, 9, 16), "prefill": (4096, 385, 7168, 512, 9, 128)}
-#: The emulator's problems: the small test MoE (8 experts, hidden 512, inter 256, topk 2).
-EMULATED_CASES = {"decode": (16, 8, 512, 256, 2, 16), "prefill": (200, 8, 512, 256, 2, 128)}
-#: On an MI355X: the Kimi shape at the seed's decode and prefill token counts.
-DEVICE_CASES = {"decode": (16, 385, 7168, 512, 9, 16), "prefill": (4096, 385, 7168, 512, 9, 128)}
+#: Shapes are data (experiments/shapes.toml, group "moe"): regimes and their block_m, where the ISA is
+#: read (Kimi-K2.5 TP=4: decode M=16, prefill M=4096), the emulator's problems (the small test MoE) and
+#: an MI355X's (the Kimi shape at the seed's token counts).
+REGIMES = tuple(shapes.regimes("moe"))
+BLOCK_M = {r: int(v["block_m"]) for r, v in shapes.regimes("moe").items()}
+ISA_CASES = {r: s[0] for r, s in shapes.by_regime("moe", "isa").items()}
+EMULATED_CASES = {r: s[0] for r, s in shapes.by_regime("moe", "emulated").items()}
+DEVICE_CASES = {r: s[0] for r, s in shapes.by_regime("moe", "device").items()}
 SUMMARY_RUN = engine.SUMMARY_RUN
 #: The summary run's MoE tables (the GEMM half of the same run uses the unprefixed names).
 SUMMARY_TABLES = {k: f"moe_{k}.parquet" for k in ("ladder", "expectations", "correctness", "published")}
-
-#: What each switch should do to the ISA, per family (the seed's claims; a fallback until the kernel
-#: modules' Switch records carry them).
-EXPECTATIONS: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
-    "moe1": {
-        "int64_abi": (("kernarg_bytes", "down"), ("s_load", "down")),
-        "exp2": (("epi_v_ldexp_f32", "down"), ("epi_v_cndmask", "down"), ("epi_valu", "down")),
-    },
-    "moe2": {
-        "int64_abi": (("kernarg_bytes", "down"), ("s_load", "down")),
-        "unsigned_div": (("sign_shifts", "down"), ("s_mul_hi_i32", "down"), ("instructions", "down")),
-        "backend_waitcnt": (("loop_s_waitcnt", "down"), ("loop_instructions", "down")),
-        "epilogue_strength_reduction": (("v_mad_u64_u32", "down"), ("epilogue_instructions", "down")),
-    },
-}
+#: The MoE metric set (:mod:`mxfp4_ablation.metrics`).
+study_metrics = metrics.moe_metrics
 
 KEY_METRICS = (
     ("kernarg_bytes", "kernarg bytes"),
@@ -69,40 +56,6 @@ PUBLISHED = speed.Published(csv="moe_published.csv", columns=("kernel", "M", "st
                             stages=("before", "after"), what="MoE figures", source="aiter PR #3828", value="ratio",
                             kernels=tuple(GEMMS.values()), positive=True)
 PUBLISHED_CSV, PUBLISHED_STAGES = PUBLISHED.csv, PUBLISHED.stages
-
-
-# ============================================================================ the family's metrics
-
-
-def study_metrics(isa_text: Any) -> dict[str, float | None]:
-    """:func:`isa.metrics`' scalar metrics plus the counts the MoE switches are judged by.
-
-    From ``moe_gemm1.switch_metrics`` (over the whole kernel): ``kernarg_bytes``, ``kernarg_entries``,
-    ``s_load``, ``s_load_dwords``, ``kernel_valu``; with an ``epi_`` prefix (the epilogue only):
-    ``epi_v_exp_f32``, ``epi_v_ldexp_f32``, ``epi_v_cndmask``, ``epi_v_cmp``, ``epi_valu``. For gemm2:
-    ``sign_shifts``, ``s_mul_hi_i32``, ``s_mul_hi_u32``, ``v_mad_u64_u32``, ``asm_s_waitcnt`` (waits
-    written as inline asm) and ``epilogue_instructions`` (instructions after the last MFMA).
-    """
-    from ..kernels import moe_gemm1
-
-    m = isa.metrics(isa_text)
-    out: dict[str, float | None] = {k: m[k] for k in isa.SCALAR_KEYS}
-    for key, value in moe_gemm1.switch_metrics(isa_text).items():
-        out[f"epi_{key}" if key.startswith("v_") or key == "valu" else key] = value
-    hist = m.get("opcode_histogram") or {}
-
-    def count(*prefixes: str) -> int:
-        return sum(c for op, c in hist.items() if op.startswith(prefixes))
-
-    out["sign_shifts"] = count("s_ashr_i32", "v_ashrrev_i32")
-    out["s_mul_hi_i32"] = count("s_mul_hi_i32")
-    out["s_mul_hi_u32"] = count("s_mul_hi_u32")
-    out["v_mad_u64_u32"] = count("v_mad_u64_u32")
-    insts = isa.parse(getattr(isa_text, "isa", isa_text))[0].instructions
-    out["asm_s_waitcnt"] = sum(1 for i in insts if i.opcode == "s_waitcnt" and i.in_asm_block)
-    mfma_at = [n for n, i in enumerate(insts) if i.opcode.startswith("v_mfma")]
-    out["epilogue_instructions"] = len(insts) - mfma_at[-1] - 1 if mfma_at else None
-    return out
 
 
 # ============================================================================ the configuration
@@ -132,20 +85,10 @@ def _slug(study, name: str) -> str:
     return f"{SLUG_BASE[family] + study.step_index(name):02d}_{GEMMS[family]}_{study.step_switch(name) or 'baseline'}"
 
 
-def _expectations(family: str, switch: str) -> tuple:
-    from .. import variants
-
-    registry = getattr(variants, "family", None)
-    record = registry.get(family).switches.get(switch) if registry is not None else None
-    if record is not None and getattr(record, "expects", None):
-        return tuple((e.metric, e.direction) for e in record.expects)
-    return EXPECTATIONS.get(family, {}).get(switch, ())
-
-
 SPEC = engine.Spec(
     name="moe", title="MoE", families=dict(GEMMS),
     regimes=tuple(engine.Regime(r, ISA_CASES[r], (EMULATED_CASES[r],), (DEVICE_CASES[r],)) for r in REGIMES),
-    shape_text=case_text, check_shape=_check_shape, expectations=_expectations, key_metrics=KEY_METRICS,
+    shape_text=case_text, check_shape=_check_shape, expectations=engine.switch_expectations, key_metrics=KEY_METRICS,
     study_metrics=lambda text: study_metrics(text), gate=_gate, coverage_column="regimes", published=PUBLISHED,
     seed="aiter PR #3828",
     baseline_text="The baseline: the kernel with every optimisation switch off, as the seed's FlyDSL kernel stood "
@@ -270,3 +213,9 @@ def summary_report(out_dir: str | Path | None = None, mode: str = "emulated", is
                    verify_leave_one_out: bool = True, render: bool = True):
     """:meth:`engine.Study.summary_report` with the MoE summary's parameters."""
     return STUDY.summary_report(out_dir, mode, isa_cases, cases, seeds, iterations, verify_leave_one_out, render)
+
+
+def __getattr__(name: str):
+    if name == "EXPECTATIONS":  # lazily: the Switch records live with the kernel modules (FlyDSL)
+        return {f: engine.expectations_of(f) for f in GEMMS}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

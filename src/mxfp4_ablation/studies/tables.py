@@ -11,8 +11,10 @@ import math
 
 import pandas as pd
 
+from ..errors import UsageError
 
-class StudyError(ValueError):
+
+class StudyError(UsageError):
     """Bad input to a study; the message is meant for the user."""
 
 

@@ -1,0 +1,486 @@
+"""Kernel families: the records a kernel module declares, the contract it implements, and the one registry.
+
+A *family* is one kernel builder (``kernels/gemm.py``, ``kernels/moe_gemm1.py``, ``kernels/moe_gemm2.py``)
+plus the optimisation steps it can switch on. Everything the study knows about a step comes from one
+:class:`Switch` record declared next to the builder: the seed it is taken from, the seed's claim, the
+mechanism, the metric moves it should cause (:class:`Expect`) and the switches it needs. Docstrings
+(:func:`document`), expectation tables, notebook intros and README rows are rendered from those records.
+
+The contract a kernel module implements is :class:`KernelFamily` (module-level names). :func:`register`
+checks it when the family registers -- one error naming every missing or malformed member -- and returns
+a :class:`Family`, the registered view: ladder, leave-one-out set, variant lookup and switch validation,
+implemented here once for every family. :data:`FAMILIES` is the one list of family modules; adding a
+family is one kernel module plus one entry there.
+
+This module imports neither torch nor FlyDSL; registering a family imports its kernel module, which
+must itself load FlyDSL lazily (on the first ``build``), so reading ladders and records stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import types
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+from .errors import UsageError
+
+#: Family name -> kernel module: the one registry list (a new family is one entry here).
+FAMILIES: dict[str, str] = {
+    "gemm": "mxfp4_ablation.kernels.gemm",
+    "moe1": "mxfp4_ablation.kernels.moe_gemm1",
+    "moe2": "mxfp4_ablation.kernels.moe_gemm2",
+}
+
+DIRECTIONS = ("up", "down", "zero", "same")
+COMPARES = ("exact", "close")
+
+
+class ContractError(TypeError):
+    """A kernel module does not implement :class:`KernelFamily` (raised when it registers)."""
+
+
+# ============================================================================ records
+
+
+@dataclass(frozen=True)
+class Seed:
+    """Where a step comes from: an upstream pull request, its merge commit, and a link."""
+
+    project: str  #: "ROCm/FlyDSL", "ROCm/aiter"
+    pr: int
+    commit: str = ""  #: merge commit (or the commit the claim is quoted from)
+    title: str = ""
+    url: str = ""  #: defaults to the PR's GitHub page
+
+    def __post_init__(self):
+        if not self.url:
+            object.__setattr__(self, "url", f"https://github.com/{self.project}/pull/{self.pr}")
+
+    @property
+    def label(self) -> str:
+        """``"FlyDSL PR #990, 741f3d6d"``."""
+        name = self.project.rsplit("/", 1)[-1]
+        return f"{name} PR #{self.pr}" + (f", {self.commit[:10]}" if self.commit else "")
+
+    def __str__(self) -> str:
+        return self.label
+
+
+@dataclass(frozen=True)
+class Expect:
+    """One metric move a switch should cause, on the ISA (``metric`` is a :mod:`mxfp4_ablation.metrics`
+    key of the family's metric set).
+
+    ``direction``: ``up`` / ``down`` (strictly), ``zero`` (the switch-on value is 0) or ``same``
+    (unchanged). ``seed_before`` / ``seed_after``: the seed's own numbers, where it gives them (quoted,
+    for the seed's kernel, not ours). ``note``: what the number means or why ours differs.
+    """
+
+    metric: str
+    direction: str
+    seed_before: float | None = None
+    seed_after: float | None = None
+    note: str = ""
+
+    def __post_init__(self):
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"Expect({self.metric!r}): direction must be one of {', '.join(DIRECTIONS)}, "
+                             f"got {self.direction!r}")
+
+    def holds(self, before: float | None, after: float | None) -> bool:
+        """Did the metric move this way from ``before`` (switch off) to ``after`` (switch on)?
+        False when either value is missing (None / NaN)."""
+        if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (before, after)):
+            return False
+        if self.direction == "down":
+            return after < before
+        if self.direction == "up":
+            return after > before
+        if self.direction == "zero":
+            return after == 0
+        return after == before
+
+    def text(self) -> str:
+        """``"`loop_s_waitcnt_per_4k` down (seed: 68 -> 8)"``."""
+        seed = ""
+        if self.seed_before is not None or self.seed_after is not None:
+            seed = f" (seed: {_num(self.seed_before)} -> {_num(self.seed_after)})"
+        return f"`{self.metric}` {self.direction}{seed}"
+
+
+def _num(v) -> str:
+    if v is None:
+        return "?"
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One optimisation step of one kernel builder.
+
+    ``summary``: one sentence (what the switch does); ``claim``: the seed's claim in its own terms,
+    numbers included; ``mechanism``: how our builder implements it; ``metric``: the ISA evidence in
+    words (what to look at, and what ours shows); ``expects``: the checkable part of ``metric``;
+    ``requires``: switches that must be on too.
+    """
+
+    name: str
+    summary: str
+    seed: Seed
+    claim: str
+    mechanism: str
+    metric: str
+    expects: tuple[Expect, ...] = ()
+    requires: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not self.name.isidentifier():
+            raise ValueError(f"switch name {self.name!r} must be a Python identifier (it is a build keyword)")
+        for name in ("summary", "claim", "mechanism", "metric"):
+            if not str(getattr(self, name)).strip():
+                raise ValueError(f"switch {self.name}: {name} is empty")
+        object.__setattr__(self, "expects", tuple(self.expects))
+        object.__setattr__(self, "requires", tuple(self.requires))
+        for e in self.expects:
+            if not isinstance(e, Expect):
+                raise ValueError(f"switch {self.name}: expects holds {e!r}, not an Expect")
+
+    @property
+    def doc(self) -> str:
+        """The switch as one paragraph: summary, ``Seed claim (<seed>): ...``, ``Mechanism: ...``,
+        ``Metric: ...`` (and ``Requires ...``)."""
+        text = (f"{self.summary} Seed claim ({self.seed.label}): {self.claim} Mechanism: {self.mechanism} "
+                f"Metric: {self.metric}")
+        if self.requires:
+            text += f" Requires {', '.join(self.requires)}."
+        return text
+
+    def parts(self) -> dict[str, str]:
+        """``summary, seed, mechanism, metric`` as rendered lines (what ``studies`` used to regex out of
+        the prose)."""
+        return {"summary": self.summary, "seed": f"Seed claim ({self.seed.label}): {self.claim}",
+                "mechanism": f"Mechanism: {self.mechanism}", "metric": f"Metric: {self.metric}"}
+
+
+@dataclass(frozen=True)
+class Output:
+    """One tensor a kernel writes, and how :func:`mxfp4_ablation.runner.verify` compares it.
+
+    ``exact``: byte for byte (quantised values, scales, integer results); ``mismatches`` counts elements
+    whose bytes differ. ``close``: every element within ``max_ulp`` units in the last place of the
+    output dtype at ``|reference|`` plus ``max_abs``, and the cosine at least ``min_cosine``. ``why``
+    justifies the bound from the reference's rounding.
+    """
+
+    name: str
+    compare: str
+    why: str
+    max_ulp: float | None = None
+    max_abs: float | None = None
+    min_cosine: float | None = None
+
+    def __post_init__(self):
+        if self.compare not in COMPARES:
+            raise ValueError(f"Output {self.name!r}: compare must be one of {', '.join(COMPARES)}, "
+                             f"got {self.compare!r}")
+        if self.compare == "close" and self.max_ulp is None and self.max_abs is None:
+            raise ValueError(f"Output {self.name!r}: a close comparison needs max_ulp or max_abs")
+        if not self.why.strip():
+            raise ValueError(f"Output {self.name!r}: say why the comparison is what it is (why=...)")
+
+
+def switch_table(*switches: Switch) -> Mapping[str, Switch]:
+    """Switch records in ladder order -> a read-only ``name -> Switch`` mapping (iterating gives the
+    names). Checks names are unique and every ``requires`` names an EARLIER switch (the ladder turns
+    switches on in this order, so each rung is valid)."""
+    table: dict[str, Switch] = {}
+    for s in switches:
+        if not isinstance(s, Switch):
+            raise ValueError(f"switch_table takes Switch records, got {s!r}")
+        if s.name in table:
+            raise ValueError(f"switch {s.name} is declared twice")
+        late = [r for r in s.requires if r not in table]
+        if late:
+            raise ValueError(f"switch {s.name} requires {', '.join(late)}, which must be declared before it")
+        table[s.name] = s
+    return types.MappingProxyType(table)
+
+
+def document(doc: str | None, switches: Mapping[str, Switch]) -> str:
+    """``doc`` with the switch table appended (for a kernel module's ``__doc__``): one entry per switch
+    with its seed, claim, mechanism, metric and expected moves."""
+    lines = [(doc or "").rstrip(), "", "Switches (ladder order; rendered from the :class:`~mxfp4_ablation.family.Switch`"
+             " records)::", ""]
+    for n, s in enumerate(switches.values(), 1):
+        lines.append(f"    {n}. {s.name}" + (f" (requires {', '.join(s.requires)})" if s.requires else ""))
+        lines.append(f"       {s.summary}")
+        lines.append(f"       seed: {s.seed.label} {s.seed.url}")
+        if s.expects:
+            lines.append("       expects: " + "; ".join(e.text().replace("`", "") for e in s.expects))
+    return "\n".join(lines) + "\n"
+
+
+# ============================================================================ contract
+
+
+@runtime_checkable
+class KernelFamily(Protocol):
+    """What a kernel module provides (module-level names). Shapes are keyword arguments named by
+    ``SHAPE_PARAMS`` (+ ``OPTIONAL_SHAPE_PARAMS``); switches are keywords ``name=True``.
+
+    * ``NAME`` -- the family (``"gemm"``), also the ladder's prefix: ``gemm-v0`` .. ``gemm-vN``;
+    * ``LABEL`` -- how errors name it (``"GEMM"``, ``"moe1"``, ``"MoE gemm2"``);
+    * ``SWITCHES`` -- :func:`switch_table` of :class:`Switch` records, in ladder order;
+    * ``SHAPE_PARAMS`` / ``OPTIONAL_SHAPE_PARAMS`` -- the names of ``--shape``'s numbers;
+    * ``OUTPUTS`` -- every tensor the kernel writes (:class:`Output`; the first is the primary one);
+    * ``METRICS`` -- the name of its metric set in :mod:`mxfp4_ablation.metrics` (kernels never import
+      analysis code; the metrics layer looks the name up);
+    * ``check_shape(**shape) -> dict`` -- validate (one clear ValueError) and fill defaults;
+    * ``make_inputs(**shape, seed=0) -> dict`` -- every buffer, keyed by kernel-argument name
+      (outputs zeroed);
+    * ``reference(inputs) -> dict`` -- output name -> the tensor it must hold;
+    * ``launch_config(**shape) -> (grid, block)``;
+    * ``kernel_args(inputs, **switches) -> list`` -- the emulator's kernarg entries;
+    * ``device_args(inputs, **switches) -> tuple`` -- the FlyDSL launcher's arguments;
+    * ``build(**shape, **switches)`` -- the ``@flyc.jit`` launcher;
+    * ``compile_entry(**shape, variant_name=None, **switches) -> (launcher, args)`` -- the
+      ``toolchain.compile`` target;
+    * ``flops(**shape)`` / ``bytes(**shape)`` -- useful work and compulsory DRAM traffic of one launch.
+    """
+
+    NAME: str
+    LABEL: str
+    SWITCHES: Mapping[str, Switch]
+    SHAPE_PARAMS: tuple[str, ...]
+    OPTIONAL_SHAPE_PARAMS: tuple[str, ...]
+    OUTPUTS: tuple[Output, ...]
+    METRICS: str
+
+    def check_shape(self, **shape) -> dict: ...
+    def make_inputs(self, **shape) -> dict: ...
+    def reference(self, inputs: dict) -> dict: ...
+    def launch_config(self, **shape) -> tuple: ...
+    def kernel_args(self, inputs: dict, **switches) -> list: ...
+    def device_args(self, inputs: dict, **switches) -> tuple: ...
+    def build(self, **kwargs) -> Any: ...
+    def compile_entry(self, **kwargs) -> tuple: ...
+    def flops(self, **shape) -> float: ...
+    def bytes(self, **shape) -> float: ...
+
+
+_CONSTANTS = {"NAME": str, "LABEL": str, "SWITCHES": Mapping, "SHAPE_PARAMS": tuple,
+              "OPTIONAL_SHAPE_PARAMS": tuple, "OUTPUTS": tuple, "METRICS": str}
+#: member -> how it is called (shape: takes every shape parameter by keyword).
+_FUNCTIONS = {"check_shape": "shape", "make_inputs": "shape+seed", "reference": "inputs",
+              "launch_config": "shape", "kernel_args": "inputs+switches", "device_args": "inputs+switches",
+              "build": "shape+switches", "compile_entry": "shape+switches", "flops": "shape", "bytes": "shape"}
+
+
+def _contract_problems(module) -> list[str]:
+    problems = []
+    for name, kind in _CONSTANTS.items():
+        if not hasattr(module, name):
+            problems.append(f"{name} is missing")
+        elif not isinstance(getattr(module, name), kind):
+            problems.append(f"{name} must be a {kind.__name__}, got {type(getattr(module, name)).__name__}")
+    ok = not problems
+    shape = (tuple(getattr(module, "SHAPE_PARAMS", ())) + tuple(getattr(module, "OPTIONAL_SHAPE_PARAMS", ()))
+             if ok else ())
+    if ok:
+        for s in module.SWITCHES.values():
+            if not isinstance(s, Switch):
+                problems.append(f"SWITCHES holds {s!r}, not a Switch record")
+        for key, s in module.SWITCHES.items():
+            if isinstance(s, Switch) and key != s.name:
+                problems.append(f"SWITCHES key {key!r} names switch {s.name!r}")
+            for r in getattr(s, "requires", ()):
+                if r not in module.SWITCHES:
+                    problems.append(f"switch {key} requires unknown switch {r}")
+        if not module.OUTPUTS or not all(isinstance(o, Output) for o in module.OUTPUTS):
+            problems.append("OUTPUTS must be a non-empty tuple of Output records")
+        if not module.SHAPE_PARAMS:
+            problems.append("SHAPE_PARAMS is empty")
+    for name, kind in _FUNCTIONS.items():
+        func = getattr(module, name, None)
+        if func is None:
+            problems.append(f"{name}() is missing")
+            continue
+        if not callable(func):
+            problems.append(f"{name} is not callable")
+            continue
+        params = inspect.signature(func).parameters
+        var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        if "shape" in kind:
+            absent = [p for p in shape if p not in params and not var_kw]
+            if absent:
+                problems.append(f"{name}() does not take the shape parameter(s) {', '.join(absent)}")
+        if "seed" in kind and "seed" not in params and not var_kw:
+            problems.append(f"{name}() does not take seed=")
+        if "switches" in kind and not var_kw:
+            problems.append(f"{name}() does not take the switches as **keywords")
+        if kind.startswith("inputs") and not params:
+            problems.append(f"{name}() takes no inputs argument")
+    return problems
+
+
+# ============================================================================ registered view
+
+
+@dataclass(frozen=True)
+class Family:
+    """A registered kernel family: its module (the :class:`KernelFamily` implementation) and what is
+    derived from the records once -- ladder, leave-one-out set, lookup, switch validation."""
+
+    name: str
+    module_name: str
+    label: str
+    switches: Mapping[str, Switch] = field(repr=False)
+    shape_params: tuple[str, ...]
+    optional_shape_params: tuple[str, ...]
+    outputs: tuple[Output, ...]
+    metrics: str
+
+    @property
+    def module(self):
+        return importlib.import_module(self.module_name)
+
+    @property
+    def target(self) -> str:
+        """The ``toolchain.compile`` target."""
+        return f"{self.module_name}:compile_entry"
+
+    # ---------------------------------------------------------------- variants
+    @property
+    def ladder(self) -> list[tuple[str, frozenset]]:
+        """``[(name, switches)]``: ``<NAME>-v0`` (nothing on) .. ``<NAME>-vN`` (all on), cumulative in
+        :attr:`switches` order."""
+        order = list(self.switches)
+        return [(f"{self.name}-v{i}", frozenset(order[:i])) for i in range(len(order) + 1)]
+
+    @property
+    def full(self) -> str:
+        """The last rung's name (``gemm-v7``)."""
+        return self.ladder[-1][0]
+
+    def leave_one_out(self) -> list[tuple[str, frozenset]]:
+        """``[(name, switches)]``: the last rung without each switch no other switch requires, named
+        ``<last rung>-no-<switch>``."""
+        full_name, full = self.ladder[-1]
+        needed = {r for s in self.switches.values() for r in s.requires}
+        return [(f"{full_name}-no-{s}", full - {s}) for s in self.switches if s not in needed]
+
+    def variant_names(self) -> list[str]:
+        return [n for n, _ in self.ladder + self.leave_one_out()]
+
+    def switch_set(self, variant_name: str) -> frozenset:
+        """The switch set of a ladder or leave-one-out variant name (ValueError naming the known ones)."""
+        for n, s in self.ladder + self.leave_one_out():
+            if n == variant_name:
+                return s
+        raise UsageError(f"unknown {self.label} variant {variant_name!r}; known: {', '.join(self.variant_names())}.")
+
+    # ---------------------------------------------------------------- validation
+    def check_switches(self, switches: Iterable[str]) -> frozenset:
+        """Names -> frozenset; one ValueError for an unknown switch or a missing requirement."""
+        sw = frozenset(switches)
+        unknown = sorted(sw - set(self.switches))
+        if unknown:
+            raise UsageError(f"unknown {self.label} switch(es) {', '.join(unknown)}; known: {', '.join(self.switches)}.")
+        for s in self.switches.values():
+            if s.name in sw:
+                for dep in s.requires:
+                    if dep not in sw:
+                        raise UsageError(f"switch {s.name} depends on {dep}; enable {dep} too.")
+        return sw
+
+    def switch_kwargs(self, switches: Mapping[str, Any]) -> frozenset:
+        """``{name: True/False}`` build keywords -> the validated set of those that are on."""
+        bad = [n for n, v in switches.items() if not isinstance(v, bool)]
+        if bad:
+            raise UsageError(f"{self.label} switches take True/False; got "
+                             f"{', '.join(f'{n}={switches[n]!r}' for n in bad)}.")
+        return self.check_switches(n for n, on in switches.items() if on)
+
+    def resolve(self, variant_name: str | None, switches: Mapping[str, Any]) -> dict[str, bool]:
+        """``compile_entry``'s ``variant_name`` or switch keywords -> switch keywords."""
+        if variant_name is None:
+            return dict(switches)
+        if switches:
+            raise UsageError("give either variant_name or individual switches, not both.")
+        return {s: True for s in self.switch_set(variant_name)}
+
+    def shape(self, numbers: Sequence[int]) -> dict[str, int]:
+        """``--shape`` numbers -> shape keywords (checks the count only; ``check_shape`` the values)."""
+        names, optional = self.shape_params, self.optional_shape_params
+        if not len(names) <= len(numbers) <= len(names) + len(optional):
+            spec = ",".join(names) + "".join(f"[,{o}]" for o in optional)
+            raise UsageError(f"{self.name} takes a shape {spec}; got {len(numbers)} numbers")
+        return dict(zip(names + optional, numbers))
+
+    def shape_spec(self) -> str:
+        return ",".join(self.shape_params) + "".join(f"[,{o}]" for o in self.optional_shape_params)
+
+    def output(self, name: str) -> Output:
+        for o in self.outputs:
+            if o.name == name:
+                return o
+        raise ValueError(f"{self.name} has no output {name!r} (outputs: {', '.join(o.name for o in self.outputs)})")
+
+
+_REGISTRY: dict[str, Family] = {}
+
+
+def register(module: str | types.ModuleType) -> Family:
+    """Check a kernel module against :class:`KernelFamily` and register it (idempotent).
+
+    Raises :class:`ContractError` listing every missing or malformed member, naming the module.
+    """
+    mod = importlib.import_module(module) if isinstance(module, str) else module
+    problems = _contract_problems(mod)
+    if problems:
+        raise ContractError(f"{mod.__name__} is not a kernel family: " + "; ".join(problems))
+    fam = Family(name=mod.NAME, module_name=mod.__name__, label=mod.LABEL, switches=mod.SWITCHES,
+                 shape_params=tuple(mod.SHAPE_PARAMS), optional_shape_params=tuple(mod.OPTIONAL_SHAPE_PARAMS),
+                 outputs=tuple(mod.OUTPUTS), metrics=mod.METRICS)
+    other = _REGISTRY.get(fam.name)
+    if other is not None and other.module_name != fam.module_name:
+        raise ContractError(f"family {fam.name!r} is registered twice ({other.module_name}, {fam.module_name})")
+    _REGISTRY[fam.name] = fam
+    return fam
+
+
+def unregister(name: str) -> None:
+    """Forget a registered family (tests registering a stub clean up with this)."""
+    _REGISTRY.pop(name, None)
+
+
+def all_families() -> dict[str, Family]:
+    """Every family of :data:`FAMILIES` (registered on first use) plus any registered by hand."""
+    for name, module in FAMILIES.items():
+        if name not in _REGISTRY:
+            register(module)
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Family:
+    """The registered family ``name`` (ValueError naming the known ones)."""
+    if name not in _REGISTRY and name in FAMILIES:
+        register(FAMILIES[name])
+    if name not in _REGISTRY:
+        raise UsageError(f"unknown kernel family {name!r} (known: {', '.join({**FAMILIES, **_REGISTRY})})")
+    return _REGISTRY[name]
+
+
+def of_module(module_name: str) -> Family:
+    """The family a kernel module implements (for the module's own helpers)."""
+    for fam in _REGISTRY.values():
+        if fam.module_name == module_name:
+            return fam
+    return register(module_name)
+
+
+__all__ = ["FAMILIES", "ContractError", "Seed", "Expect", "Switch", "Output", "switch_table", "document",
+           "KernelFamily", "Family", "register", "unregister", "all_families", "get", "of_module"]
