@@ -100,7 +100,7 @@ reproduce: $(SETUP_STAMP) ## run every notebook (papermill) into experiments/<ru
 _reproduce: $(STAMPS)
 	@echo "reproduce: up to date ($(words $(STAMPS)) notebooks)"
 
-$(DEPS_MK): $(NOTEBOOKS) $(SOURCES) src/mxfp4_ablation/notebooks.py
+$(DEPS_MK): $(NOTEBOOKS) $(SOURCES) experiments/shapes.toml
 	@mkdir -p $(@D)
 	@PYTHONPATH=src $(PYTHON) -m mxfp4_ablation.notebooks deps --stamps $(STAMP_DIR) > $@.tmp && mv $@.tmp $@
 

@@ -14,7 +14,7 @@ Two runs of one notebook at a time are refused with one clear line (a lock per n
 
 ``python -m mxfp4_ablation.notebooks deps`` prints the Makefile rules that make a notebook rerun when
 *its* inputs change: the modules it imports (followed through ``src/``), the kernel modules of its
-family (:data:`FAMILY_MODULES`) and the data it reads (:data:`DATA`). It needs only the standard
+family (:func:`family_modules`) and the data it reads (:data:`DATA`). It needs only the standard
 library, so ``make`` can run it before any setup.
 """
 
@@ -40,18 +40,12 @@ SRC = paths.REPO_ROOT / "src"
 #: Top-level packages of ours whose imports are followed.
 PACKAGES = ("mxfp4_ablation", "gfx950emu")
 
-#: Modules a notebook needs beyond what it imports, by notebook path (fnmatch, first match wins): the
-#: kernel modules of its family, which the study reaches by name (importlib), not by an import
-#: statement. A new family adds one line here (``tests/test_notebooks.py`` checks every kernel module
-#: is named by some notebook).
+#: Modules a notebook needs beyond what it imports, by notebook path (fnmatch, first match wins): kernel
+#: modules reached by name (importlib), not by an import statement. The study notebooks
+#: (``notebooks/<group>/*.py``) need not be listed: their kernels are the families of that group in
+#: ``experiments/shapes.toml`` (and the summary's, every family); see :func:`family_modules`.
 FAMILY_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("notebooks/gemm/*.py", ("mxfp4_ablation.kernels.gemm",)),
-    ("notebooks/moe/*.py", ("mxfp4_ablation.kernels.moe_gemm1", "mxfp4_ablation.kernels.moe_gemm2")),
-    ("notebooks/summary.py", ("mxfp4_ablation.kernels.gemm", "mxfp4_ablation.kernels.moe_gemm1",
-                              "mxfp4_ablation.kernels.moe_gemm2")),
     ("notebooks/00_walkthrough.py", ("mxfp4_ablation.kernels.probe", "mxfp4_ablation.kernels.mfma_tile")),
-    ("notebooks/harness_validation.py", ()),
-    ("notebooks/*.py", ()),
 )
 #: Committed data a notebook reads, by notebook path (fnmatch, first match wins); folders are taken whole.
 DATA: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -134,11 +128,27 @@ def _first(table, rel: str) -> tuple[str, ...]:
     return ()
 
 
+def family_modules(rel: str) -> set[str]:
+    """The kernel modules a notebook at ``rel`` (repo-relative) runs: its shapes.toml group's families
+    for ``notebooks/<group>/*``, every family for the summary, else :data:`FAMILY_MODULES`."""
+    import tomllib
+
+    from .family import FAMILIES
+
+    groups = tomllib.loads((paths.REPO_ROOT / "experiments" / "shapes.toml").read_text())
+    parts = rel.split("/")
+    if rel == "notebooks/summary.py":
+        return set(FAMILIES.values())
+    if len(parts) == 3 and parts[1] in groups and "families" in groups[parts[1]]:
+        return {FAMILIES[f] for f in groups[parts[1]]["families"]}
+    return set(_first(FAMILY_MODULES, rel))
+
+
 def notebook_dependencies(source: Path) -> list[Path]:
     """Everything a notebook's result depends on, besides the notebook itself and the environment."""
     source = Path(source).resolve()
     rel = source.relative_to(paths.REPO_ROOT).as_posix()
-    files = module_closure(notebook_imports(source) | set(_first(FAMILY_MODULES, rel)))
+    files = module_closure(notebook_imports(source) | family_modules(rel) | {"mxfp4_ablation.family"})
     for item in _first(DATA, rel):
         path = paths.REPO_ROOT / item
         if path.is_dir():
