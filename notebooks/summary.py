@@ -33,13 +33,15 @@ shapes = None  # correctness/timing shapes of the leave-one-out variants; None: 
 seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
 verify_leave_one_out = True
+fidelity = True  # first/last rungs vs the seeds' before/after kernels (where mxfp4_ablation.fidelity exists)
 
 # %%
 from IPython.display import Markdown, display
 
 from mxfp4_ablation.studies import gemm
 
-report = gemm.summary_report(out_dir, mode, isa_shape, shapes, seeds, iterations, verify_leave_one_out)
+report = gemm.summary_report(out_dir, mode, isa_shape, shapes, seeds, iterations, verify_leave_one_out,
+                             fidelity=fidelity)
 
 # %% [markdown]
 # ## GEMM ladder: every static metric per step
@@ -84,6 +86,14 @@ display(report.measured if report.measured is not None else gemm.published_wide(
 display(report.figure("tflops"))
 
 # %% [markdown]
+# ## Fidelity: does the ladder start at the seed's "before" and end at its "after"?
+# Our first and last rungs against FlyDSL's kernel before and after PR #990, fingerprint metric by metric
+# (static counts; the upstream numbers are committed in `experiments/reference/fingerprints.csv`).
+
+# %%
+report.fidelity if report.fidelity is not None else Markdown(f"*Not shown:* {report.fidelity_note}")
+
+# %% [markdown]
 # ## The README's ladder table (generated from the tables above)
 
 # %%
@@ -103,7 +113,8 @@ Markdown(gemm.readme_table(report.metrics, report.expectations, report.correctne
 # %%
 from mxfp4_ablation.studies import moe
 
-moe_report = moe.summary_report(out_dir, mode, seeds=seeds, verify_leave_one_out=verify_leave_one_out)
+moe_report = moe.summary_report(out_dir, mode, seeds=seeds, verify_leave_one_out=verify_leave_one_out,
+                                fidelity=fidelity)
 
 # %% [markdown]
 # ### MoE ladders: every static metric per step, per gemm and regime
@@ -148,3 +159,9 @@ moe_report.correctness
 # %%
 display(moe_report.measured if moe_report.measured is not None else moe.published_wide())
 display(moe_report.figure("published_ratios"))
+
+# %% [markdown]
+# ### MoE fidelity: first/last rungs against aiter's kernels before and after PR #3828
+
+# %%
+moe_report.fidelity if moe_report.fidelity is not None else Markdown(f"*Not shown:* {moe_report.fidelity_note}")

@@ -26,6 +26,7 @@ shapes = None  # None: the mode's defaults (emulated: 256x256x2048 and 512x512x2
 isa_shape = [8192, 8192, 8192]  # where the ISA is read
 seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
+modelled = True  # the timing model's speed too, where mxfp4_ablation.modelled exists
 
 # %% [markdown]
 # The switch's own record (the seed's claim, the mechanism, the metric it should move), rendered:
@@ -33,7 +34,8 @@ iterations = 100  # timed A/B pairs per process (device mode only)
 # %%
 from mxfp4_ablation.studies import gemm
 
-step = gemm.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations, isa_shape)
+step = gemm.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations, isa_shape,
+                        modelled=modelled)
 step.intro()
 
 # %% [markdown]

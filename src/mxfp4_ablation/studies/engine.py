@@ -77,7 +77,8 @@ class Spec:
     slug: Callable[["Study", str], str] | None = None  # default: NN_<switch>
     summary_prefix: str = ""  # the summary run's table names: <prefix>ladder.parquet, ...
     flops: Callable[[tuple], float] | None = None
-    fidelity: Callable[["Study", Path], pd.DataFrame | None] | None = None  # the pluggable fidelity view
+    #: The pluggable fidelity view: (study) -> (table | None, note); default :func:`fidelity_section`.
+    fidelity: Callable[["Study"], tuple] | None = None
     compile: Callable | None = None  # (names, shape) -> artifacts; default toolchain.compile_many
 
 
@@ -132,7 +133,6 @@ class StepReport:
     measured: pd.DataFrame | None = None  # the harness's table (device mode), None elsewhere
     figures: dict = field(default_factory=dict)  # figure name -> svg path
     speed_note: str = ""  # why nothing was measured on a device (e.g. no launcher for the variant yet)
-    fidelity: pd.DataFrame | None = None
 
     @property
     def shapes(self) -> list:
@@ -197,7 +197,8 @@ class SummaryReport:
     out_dir: Path
     measured: pd.DataFrame | None = None  # the step runs' (and leave-one-out) measured tables, device only
     figures: dict = field(default_factory=dict)  # figure name -> svg path
-    fidelity: pd.DataFrame | None = None
+    fidelity: pd.DataFrame | None = None  # first/last rung vs the seed's before/after, metric by metric
+    fidelity_note: str = ""  # why there is no fidelity table (not asked for, or no fidelity module)
 
     def ladder_table(self, label: str | None = None, regime: str | None = None) -> pd.DataFrame:
         """Every metric per ladder step (rows: metrics, columns: steps) of one family in one regime."""
@@ -524,7 +525,7 @@ class Study:
 
     def step_report(self, variant: str, baseline: str | None = None, cases: Any = None, mode: str = "emulated",
                     seeds: Sequence[int] = (0,), out_dir: str | Path | None = None, iterations: int = 100,
-                    isa_cases: Any = None, render: bool = True, modelled: bool = True) -> StepReport:
+                    isa_cases: Any = None, render: bool = True, modelled: bool = False) -> StepReport:
         """Everything one ladder step's notebook shows, written to ``out_dir`` with provenance.
 
         * ``verify.parquet``: the correctness checks of ``variant`` at ``cases`` x ``seeds``;
@@ -534,7 +535,8 @@ class Study:
         * ``published.parquet`` (the seed's figures), ``speed.parquet`` (every speed value with its kind,
           or why a kind is not available) and, in device mode, the harness's tables.
         ``baseline`` defaults to the variant's predecessor; ``out_dir`` (None when a notebook is opened by
-        hand) to a scratch folder under the cache.
+        hand) to a scratch folder under the cache. ``modelled``: ask the modelled-speed sources
+        (:data:`speed.MODELLED_SOURCES`, the timing model) for the step and its baseline at the ISA shapes.
         """
         from ..modes import MODES
 
@@ -575,9 +577,8 @@ class Study:
         speed = speed_mod.speed_table(self, variant, baseline, isa_at, measured, note, published,
                                       modelled=modelled)
         results.write_table(speed, out_dir / "speed.parquet", provenance.collect("static", settings=settings))
-        fidelity = self.spec.fidelity(self, out_dir) if self.spec.fidelity else None
         report = StepReport(self, variant, baseline, self.step_switch(variant), mode, out_dir, run_cases, isa_at,
-                            checks, metrics, diff, expectations, speed, measured, speed_note=note, fidelity=fidelity)
+                            checks, metrics, diff, expectations, speed, measured, speed_note=note)
         if render and v.kind == "ladder":
             from .. import figures
 
@@ -611,10 +612,13 @@ class Study:
 
     def summary_report(self, out_dir: str | Path | None = None, mode: str = "emulated", isa_cases: Any = None,
                        cases: Any = None, seeds: Sequence[int] = (0,), iterations: int = 100,
-                       verify_leave_one_out: bool = True, render: bool = True) -> SummaryReport:
+                       verify_leave_one_out: bool = True, render: bool = True,
+                       fidelity: bool = False) -> SummaryReport:
         """The study's part of ``notebooks/summary.py``: compile every variant at the ISA shapes, check
         every switch against its intended metric (ladder and leave-one-out), gather the step runs'
-        correctness and measured speed, verify (and in device mode time) the leave-one-out variants."""
+        correctness and measured speed, verify (and in device mode time) the leave-one-out variants.
+        ``fidelity``: add the fidelity section (``<prefix>fidelity.parquet``; it compiles the first and
+        last rungs at the seed's shapes)."""
         out_dir = Path(out_dir) if out_dir is not None else self._scratch(SUMMARY_RUN)
         out_dir.mkdir(parents=True, exist_ok=True)
         isa_at = self.parse_cases(isa_cases, mode, isa=True)
@@ -655,8 +659,13 @@ class Study:
             measured = measured[[c for c in measured.columns if c not in provenance.ROW_FIELDS and c != "settings"]]
             results.write_table(measured, out_dir / self.summary_table("measured_all"),
                                 provenance.collect("device", settings=settings))
-        fidelity = self.spec.fidelity(self, out_dir) if self.spec.fidelity else None
-        report = SummaryReport(self, metrics, expectations, correctness, out_dir, measured, fidelity=fidelity)
+        fid, fid_note = None, "not asked for (summary_report(..., fidelity=True))"
+        if fidelity:
+            fid, fid_note = (self.spec.fidelity or fidelity_section)(self)
+            if fid is not None:
+                results.write_table(fid, out_dir / self.summary_table("fidelity"), static_prov)
+        report = SummaryReport(self, metrics, expectations, correctness, out_dir, measured, fidelity=fid,
+                               fidelity_note=fid_note)
         from . import readme
 
         results.atomic_write_text(out_dir / f"{self.spec.summary_prefix}readme_table.md",
@@ -674,6 +683,22 @@ class Study:
 SUMMARY_RUN = "summary"
 #: Each study's summary figures (registered by the study's views), in the order the summary shows them.
 SUMMARY_FIGURES: dict[str, tuple] = {}
+
+
+def fidelity_section(study: "Study") -> tuple:
+    """The default fidelity view: :func:`mxfp4_ablation.fidelity.fidelity_table` for the seeds whose
+    rungs are this study's, or ``(None, why)`` when that module is not part of this checkout."""
+    try:
+        fid = importlib.import_module("mxfp4_ablation.fidelity")
+    except ModuleNotFoundError as err:
+        if err.name == "mxfp4_ablation.fidelity":
+            return None, "the fidelity view (mxfp4_ablation.fidelity) is not part of this checkout yet"
+        raise
+    mine = study.variants()
+    seeds = [name for name, seed in fid.SEEDS.items() if getattr(seed, "first", None) in mine]
+    if not seeds:
+        return None, f"no seed of mxfp4_ablation.fidelity starts a {study.spec.title} ladder"
+    return fid.fidelity_table(seeds), ""
 
 
 def switch_expectations(family: str, switch: str) -> tuple:

@@ -208,7 +208,7 @@ def ladder_metrics(shape: Sequence[int] = ISA_SHAPE, names: Sequence[str] | None
 
 def step_report(variant: str, baseline: str | None = None, shapes: Any = None, mode: str = "emulated",
                 seeds: Sequence[int] = (0,), out_dir: str | Path | None = None, iterations: int = 100,
-                isa_shape: Sequence[int] = ISA_SHAPE, render: bool = True, modelled: bool = True):
+                isa_shape: Sequence[int] = ISA_SHAPE, render: bool = True, modelled: bool = False):
     """:meth:`engine.Study.step_report` with the GEMM notebook's parameters."""
     return STUDY.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations, [list(isa_shape)],
                              render, modelled)
@@ -216,10 +216,10 @@ def step_report(variant: str, baseline: str | None = None, shapes: Any = None, m
 
 def summary_report(out_dir: str | Path | None = None, mode: str = "emulated", isa_shape: Sequence[int] = ISA_SHAPE,
                    shapes: Any = None, seeds: Sequence[int] = (0,), iterations: int = 100,
-                   verify_leave_one_out: bool = True, render: bool = True):
+                   verify_leave_one_out: bool = True, render: bool = True, fidelity: bool = False):
     """:meth:`engine.Study.summary_report` with the GEMM summary's parameters."""
     return STUDY.summary_report(out_dir, mode, [list(isa_shape)], shapes, seeds, iterations, verify_leave_one_out,
-                                render)
+                                render, fidelity)
 
 
 README_BEGIN, README_END = readme.markers(FAMILY)

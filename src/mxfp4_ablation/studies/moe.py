@@ -204,16 +204,17 @@ def verify_table(names: Sequence[str], cases: dict, seeds: Sequence[int], mode: 
 
 def step_report(variant: str, baseline: str | None = None, cases: Any = None, mode: str = "emulated",
                 seeds: Sequence[int] = (0,), out_dir: str | Path | None = None, iterations: int = 100,
-                isa_cases: Any = None, render: bool = True, modelled: bool = True):
+                isa_cases: Any = None, render: bool = True, modelled: bool = False):
     """:meth:`engine.Study.step_report` with the MoE notebook's parameters."""
     return STUDY.step_report(variant, baseline, cases, mode, seeds, out_dir, iterations, isa_cases, render, modelled)
 
 
 def summary_report(out_dir: str | Path | None = None, mode: str = "emulated", isa_cases: Any = None,
                    cases: Any = None, seeds: Sequence[int] = (0,), iterations: int = 100,
-                   verify_leave_one_out: bool = True, render: bool = True):
+                   verify_leave_one_out: bool = True, render: bool = True, fidelity: bool = False):
     """:meth:`engine.Study.summary_report` with the MoE summary's parameters."""
-    return STUDY.summary_report(out_dir, mode, isa_cases, cases, seeds, iterations, verify_leave_one_out, render)
+    return STUDY.summary_report(out_dir, mode, isa_cases, cases, seeds, iterations, verify_leave_one_out, render,
+                                fidelity)
 
 
 def __getattr__(name: str):
