@@ -9,8 +9,7 @@ notebook in ``experiments/.failed/<name>.ipynb`` for debugging, and no run folde
 The notebook receives the parameters ``out_dir`` (the run folder) and ``mode`` (device, emulated or
 static, from :func:`mxfp4_ablation.modes.detect`) on top of its own.
 
-Two runs of one notebook at a time are refused with one clear line (a lock per notebook under
-``experiments/.locks/``).
+Two runs of one notebook at a time are refused with one clear line (an flock on the notebook's source).
 
 ``python -m mxfp4_ablation.notebooks deps`` prints the Makefile rules that make a notebook rerun when
 *its* inputs change: the modules it imports (followed through ``src/``), the kernel modules of its
@@ -247,29 +246,17 @@ def _stop_on_signals() -> Iterator[dict]:
 
 
 @contextlib.contextmanager
-def _lock(name: str) -> Iterator[None]:
-    """One run of notebook ``name`` at a time (an flock on ``experiments/.locks/<name>.lock``)."""
+def _lock(source: Path, name: str) -> Iterator[None]:
+    """One run of a notebook at a time: an flock on its source file (no lock files to clean up)."""
     import fcntl
 
-    folder = paths.experiments_dir() / ".locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.lock"
-    with open(path, "a+") as handle:
+    with open(source, "rb") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise NotebookError(f"{name} is already running ({holder}); wait for it or stop it") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        try:
-            yield
-        finally:
-            handle.seek(0)
-            handle.truncate()
+            raise NotebookError(f"{name} is already running (another process holds the lock on {source}); "
+                                "wait for it or stop it") from None
+        yield
 
 
 def run(source: str | Path, parameters: dict | None = None, kernel_name: str = KERNEL_NAME) -> Path:
@@ -284,7 +271,7 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
     name = run_name(source)
     mode, reason = modes.detect()
     notebook = jupytext.read(source)
-    with _lock(name), _stop_on_signals() as state, tempfile.TemporaryDirectory(prefix="mxfp4-nb-") as tmp:
+    with _lock(source, name), _stop_on_signals() as state, tempfile.TemporaryDirectory(prefix="mxfp4-nb-") as tmp:
         src_ipynb = Path(tmp) / f"{source.stem}.ipynb"
         jupytext.write(notebook, src_ipynb)
         executed = Path(tmp) / "out" / f"{source.stem}.ipynb"
