@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Callable
 
 from . import paths, plots, results
+from .studies import STUDIES
 
-#: Modules whose figures are registered on import.
-FIGURE_MODULES = ("mxfp4_ablation.studies.walkthrough", "mxfp4_ablation.studies.harness",
-                  "mxfp4_ablation.studies.gemm", "mxfp4_ablation.studies.moe")
+#: Modules whose figures are registered on import: the two single notebooks' and every study's.
+FIGURE_MODULES = ("mxfp4_ablation.studies.walkthrough", "mxfp4_ablation.studies.harness", *STUDIES.values())
 
 
 @dataclass(frozen=True)

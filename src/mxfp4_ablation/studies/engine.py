@@ -80,6 +80,7 @@ class Spec:
     #: The pluggable fidelity view: (study) -> (table | None, note); default :func:`fidelity_section`.
     fidelity: Callable[["Study"], tuple] | None = None
     compile: Callable | None = None  # (names, shape) -> artifacts; default toolchain.compile_many
+    summary_figures: tuple = ()  # the figures (``<name>/<figure>``) the summary renders, in order
 
 
 def compile_variants(variants_, shape: Sequence[int]) -> list:
@@ -673,7 +674,7 @@ class Study:
         if render:
             from .. import figures
 
-            for name in SUMMARY_FIGURES[self.name]:
+            for name in self.spec.summary_figures:
                 full = f"{self.name}/{name}"
                 report.figures[full] = figures.render(full, out_dir)[0]
         return report
@@ -681,8 +682,6 @@ class Study:
 
 #: Run name of ``notebooks/summary.py`` (its tables feed the summary figures and the README tables).
 SUMMARY_RUN = "summary"
-#: Each study's summary figures (registered by the study's views), in the order the summary shows them.
-SUMMARY_FIGURES: dict[str, tuple] = {}
 
 
 def fidelity_section(study: "Study") -> tuple:
