@@ -142,7 +142,8 @@ def fake_make(tmp_path):
     def make(*args, env=None, background=False):
         cmd = ["make", "--no-print-directory", *args, f"SETUP_STAMP={setup}", f"STAMP_DIR={tmp_path}/stamps",
                f"RUN_NOTEBOOK={run}", f"PYTHON={sys.executable}"]
-        e = {**os.environ, "LOG": str(log), **(env or {})}
+        e = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+        e.update(LOG=str(log), **(env or {}))
         if background:
             return subprocess.Popen(cmd, cwd=paths.REPO_ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True)
