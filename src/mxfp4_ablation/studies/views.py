@@ -99,8 +99,8 @@ def draw_step_isa_diff(view: View, run_dir: Path):
         moved = tables.changed_metrics(sub, intended).sort_values("metric").reset_index(drop=True)
         panels.append((regime, moved, intended))
     n = max([len(m) for _, m, _ in panels] + [1])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 if len(panels) == 1 else 8.4, max(1.6, 0.26 * n + 1.1)),
-                             squeeze=False)
+    height = max(1.8, 0.26 * n + 1.3)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 if len(panels) == 1 else 8.8, height), squeeze=False)
     for ax, (regime, moved, intended) in zip(axes[0], panels):
         if moved.empty:
             ax.text(0.5, 0.5, "no metric changed", ha="center", va="center", transform=ax.transAxes)
@@ -114,10 +114,10 @@ def draw_step_isa_diff(view: View, run_dir: Path):
         if regime is not None:
             ax.set_title(regime, loc="left", fontsize=8)
         ax.set_xlabel(f"change from {baseline} (%); * = intended", fontsize=7)
-    fig.suptitle(f"{variant} vs {baseline}: ISA metrics (green = intended move, red = not)", x=0.01, ha="left",
-                 fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.86))
-    _badge(fig, 0.9, "static", shapes_detail(metrics))
+    fig.text(0.01, 1 - 0.06 / height, f"{variant} vs {baseline}: ISA metrics (green = intended move, red = not)",
+             ha="left", va="top", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.42 / height))
+    _badge(fig, 1 - 0.36 / height, "static", shapes_detail(metrics))
     return fig
 
 
