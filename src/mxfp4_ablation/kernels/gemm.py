@@ -205,20 +205,10 @@ flyc = fx = ir = llvm = rocdl = T = C = const_expr = range_constexpr = None
 
 
 def _load_flydsl():
-    global flyc, fx, ir, llvm, rocdl, T, C, const_expr, range_constexpr
-    if fx is not None:
-        return
-    import flydsl.compiler as _flyc
-    import flydsl.expr as _fx
-    from flydsl._mlir import ir as _ir
-    from flydsl._mlir.dialects import llvm as _llvm
-    from flydsl.expr import const_expr as _ce, range_constexpr as _rc, rocdl as _rocdl
-    from flydsl.expr.typing import T as _T
+    from .lazy import load_flydsl
 
-    from . import common as _C
+    load_flydsl(globals())
 
-    flyc, fx, ir, llvm, rocdl, T, C, const_expr, range_constexpr = (
-        _flyc, _fx, _ir, _llvm, _rocdl, _T, _C, _ce, _rc)
 
 #: Kernel symbol stem (FlyDSL names the symbol ``mxfp4_gemm_0``).
 KERNEL_NAME = "mxfp4_gemm"

@@ -51,16 +51,15 @@ HIP backend"), whose claims are quoted, never its code.
 
 from mxfp4_ablation import family as _family
 from mxfp4_ablation.errors import UsageError
-from mxfp4_ablation.family import Expect, Output, Seed, Switch
+from mxfp4_ablation.family import Expect, Output, Switch
 
-from .moe_shape import BLOCK_MS, OPTIONAL_SHAPE_PARAMS, SHAPE_PARAMS, default_block_m, max_sorted  # noqa: F401
+from .moe_shape import (  # noqa: F401 - the contract's shape names, re-exported
+    BLOCK_MS, check, default_block_m, max_sorted, OPTIONAL_SHAPE_PARAMS, PR_3828, SHAPE_PARAMS,
+)
 
 NAME = "moe1"
 LABEL = "moe1"
 METRICS = "moe"
-
-PR_3828 = Seed("ROCm/aiter", 3828, "b242ba66a6",
-               "flydsl mxfp4 a4w4 MoE: bring gemm1/gemm2 to parity with the HIP backend")
 
 SWITCHES = _family.switch_table(
     Switch(
@@ -122,8 +121,6 @@ def _fam():
 
 def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
     """Validate a shape before any compile (one clear ValueError); returns it with ``block_m`` defaulted."""
-    from .moe_shape import check
-
     shape = check(tokens, experts, hidden, inter, topk, block_m)
     if hidden % K_STEP:
         raise UsageError(f"hidden must be a multiple of {K_STEP} (one K step), got {hidden}.")
@@ -149,20 +146,9 @@ flyc = fx = ir = _arith = llvm = const_expr = rocdl = T = C = None
 
 
 def _load_flydsl():
-    global flyc, fx, ir, _arith, llvm, const_expr, rocdl, T, C
-    if fx is not None:
-        return
-    import flydsl.compiler as _flyc
-    import flydsl.expr as _fx
-    from flydsl._mlir import ir as _ir
-    from flydsl._mlir.dialects import arith as _ar
-    from flydsl._mlir.dialects import llvm as _llvm
-    from flydsl.expr import const_expr as _ce, rocdl as _rocdl
-    from flydsl.expr.typing import T as _T
+    from .lazy import load_flydsl
 
-    from . import common as _C
-
-    flyc, fx, ir, _arith, llvm, const_expr, rocdl, T, C = _flyc, _fx, _ir, _ar, _llvm, _ce, _rocdl, _T, _C
+    load_flydsl(globals())
 
 
 _UNBOUNDED = 0xFFFFFFFF

@@ -52,16 +52,15 @@ from __future__ import annotations
 
 from mxfp4_ablation import family as _family
 from mxfp4_ablation.errors import UsageError
-from mxfp4_ablation.family import Expect, Output, Seed, Switch
+from mxfp4_ablation.family import Expect, Output, Switch
 
-from .moe_shape import BLOCK_MS, OPTIONAL_SHAPE_PARAMS, SHAPE_PARAMS, default_block_m, regime  # noqa: F401
+from .moe_shape import (  # noqa: F401 - the contract's shape names, re-exported
+    BLOCK_MS, check, default_block_m, OPTIONAL_SHAPE_PARAMS, PR_3828, regime, SHAPE_PARAMS,
+)
 
 NAME = "moe2"
 LABEL = "MoE gemm2"
 METRICS = "moe"
-
-PR_3828 = Seed("ROCm/aiter", 3828, "b242ba66a6",
-               "flydsl mxfp4 a4w4 MoE: bring gemm1/gemm2 to parity with the HIP backend")
 
 SWITCHES = _family.switch_table(
     Switch(
@@ -143,8 +142,6 @@ def _fam():
 
 def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
     """One clear ValueError for a shape this kernel cannot run; returns it with ``block_m`` defaulted."""
-    from .moe_shape import check
-
     shape = check(tokens, experts, hidden, inter, topk, block_m)
     if hidden % BLOCK_N:
         raise UsageError(f"hidden must be a multiple of {BLOCK_N} (one 256-column block per workgroup), got {hidden}.")
@@ -201,19 +198,10 @@ flyc = fx = ir = arith = llvm = scf = rocdl = T = C = None
 
 
 def _load_flydsl():
-    global flyc, fx, ir, arith, llvm, scf, rocdl, T, C
-    if fx is not None:
-        return
-    import flydsl.compiler as _flyc
-    import flydsl.expr as _fx
-    from flydsl._mlir import ir as _ir
-    from flydsl._mlir.dialects import arith as _arith, llvm as _llvm, scf as _scf
-    from flydsl.expr import rocdl as _rocdl
-    from flydsl.expr.typing import T as _T
+    from .lazy import load_flydsl
 
-    from . import common as _C
+    load_flydsl(globals())
 
-    flyc, fx, ir, arith, llvm, scf, rocdl, T, C = _flyc, _fx, _ir, _arith, _llvm, _scf, _rocdl, _T, _C
 
 _BUFFER_FLAGS = (7 << 12) | (4 << 15)  # gfx9 buffer resource word 3: 32-bit data format, no swizzle
 

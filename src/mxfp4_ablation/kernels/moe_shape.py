@@ -5,6 +5,11 @@ checks every MoE launch needs. Each kernel adds only its own tiling constraints.
 from __future__ import annotations
 
 from mxfp4_ablation.errors import UsageError
+from mxfp4_ablation.family import Seed
+
+#: The seed of both MoE kernels' switches.
+PR_3828 = Seed("ROCm/aiter", 3828, "b242ba66a6",
+               "flydsl mxfp4 a4w4 MoE: bring gemm1/gemm2 to parity with the HIP backend")
 
 SHAPE_PARAMS = ("tokens", "experts", "hidden", "inter", "topk")
 #: A sixth --shape number picks the row block (16: decode, 128: prefill); default by token count.
