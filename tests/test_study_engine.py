@@ -13,7 +13,7 @@ from mxfp4_ablation import results
 from mxfp4_ablation.studies import cli, readme, speed
 from mxfp4_ablation.studies import gemm as G
 
-from test_study_gemm import stub  # noqa: F401  (the fixture: stub ladder, synthetic ISA, stubbed runner)
+from test_study_gemm import _svg, stub  # noqa: F401  (the fixture: stub ladder, synthetic ISA, stubbed runner)
 
 
 def fake_model(variant, shape):
@@ -40,6 +40,19 @@ def test_modelled_speed_is_labelled_and_says_why_when_missing(stub, tmp_path, mo
     assert len(pub) == 12 and pub["detail"].str.contains("FlyDSL PR #990").all()
     with pytest.raises(speed.StudyError, match="unknown speed kind"):
         rep.speed_table("guessed")
+    # The step's speed figure shows the modelled numbers beside the published ones, labelled modelled.
+    import matplotlib.pyplot as plt
+
+    from mxfp4_ablation import figures
+
+    fig = figures.FIGURES["gemm/01_wide_epilogue_speed"].draw(tmp_path / "run")
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    plt.close(fig)
+    assert len(fig.axes) == 2 and "modelled: model t-1, 2.4 GHz" in texts and "published figures: FlyDSL PR #990" in texts
+    svg = _svg("gemm/01_wide_epilogue_speed", tmp_path / "run", tmp_path / "a")
+    plain = G.step_report("gemm-v1", shapes="256,256,1536", out_dir=tmp_path / "plain", render=False)
+    assert plain.speed_table("modelled").empty
+    assert _svg("gemm/01_wide_epilogue_speed", tmp_path / "plain", tmp_path / "b") != svg
     # A source that labels its numbers anything but "modelled" is refused, not shown.
     monkeypatch.setattr(speed, "MODELLED_SOURCES", [lambda v, s: {"label": "measured", "tflops": 1.0}])
     with pytest.raises(speed.StudyError, match="not 'modelled'"):

@@ -121,41 +121,61 @@ def draw_step_isa_diff(view: View, run_dir: Path):
     return fig
 
 
-def _modelled_note(run_dir: Path) -> str:
-    """One line on the modelled speed of this step: the values, or why there are none."""
+def _modelled(run_dir: Path) -> pd.DataFrame:
+    """The step's modelled rows (``speed.parquet``), empty when the run has none."""
     path = Path(run_dir) / "speed.parquet"
     if not path.is_file():
-        return ""
+        return pd.DataFrame(columns=["variant", "kind", "shape", "metric", "value", "detail", "available"])
     speed = read(run_dir, "speed.parquet")
-    rows = speed[speed["kind"] == "modelled"]
-    if rows.empty:
-        return ""
-    if not rows["available"].any():
-        return f"modelled: {rows['detail'].iloc[0]}"
+    return speed[speed["kind"] == "modelled"]
+
+
+def _draw_modelled(ax, rows: pd.DataFrame) -> None:
+    """Modelled TFLOPS of the baseline and the step per shape, with the model's version and clock."""
     ok = rows[rows["available"] & (rows["metric"] == "tflops")]
-    return "modelled: " + ", ".join(f"{r.variant} {r.value:.0f} TFLOPS @ {r.shape}" for r in ok.itertuples()) + \
-        (f" ({ok['detail'].iloc[0]})" if len(ok) else "")
+    baseline = ok["baseline"].dropna().iloc[0] if ok["baseline"].notna().any() else None
+    names = sorted(dict.fromkeys(ok["variant"]), key=lambda n: n != baseline)  # the baseline first
+    shapes = list(dict.fromkeys(ok["shape"]))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        sub = ok[ok["variant"] == name].set_index("shape")["value"].reindex(shapes)
+        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(shapes))]
+        ax.bar(xs, sub, width, label=name, color=REGIME_COLOURS[i % len(REGIME_COLOURS)])
+        for x, v in zip(xs, sub):
+            ax.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(range(len(shapes)), shapes, fontsize=6)
+    ax.set_ylabel("TFLOPS (modelled)")
+    ax.legend(fontsize=6, frameon=False)
+    plots.source_badge(ax, "modelled", ok["detail"].iloc[0])
 
 
 def draw_step_speed(view: View, run_dir: Path):
-    """Measured speed where the run timed anything, else the seed's published figures; the modelled
-    speed (or why there is none) in the caption."""
+    """The step's speed: measured where the run timed anything, else the seed's published figures; and
+    beside it the modelled speed of the step and its baseline where the run has it (else a line why)."""
     import matplotlib.pyplot as plt
 
     run_dir = Path(run_dir)
-    fig, ax = plt.subplots(figsize=(6.4, 2.9))
+    modelled = _modelled(run_dir)
+    have_model = bool(len(modelled)) and bool((modelled["available"] & (modelled["metric"] == "tflops")).any())
+    fig, axes = plt.subplots(1, 2 if have_model else 1, figsize=(9.6 if have_model else 6.4, 2.9), squeeze=False)
+    ax = axes[0][0]
+    metrics = read(run_dir, "metrics.parquet")
+    variant = metrics.loc[metrics["role"] == "variant", "variant"].iloc[0] if "role" in metrics.columns else ""
     if (run_dir / view.measured_table).is_file():
         view.draw_measured(ax, read(run_dir, view.measured_table))
-        ax.set_title("Speed per variant, measured", loc="left", pad=14)
+        ax.set_title(f"{variant}: speed, measured", loc="left", pad=14)
     else:
-        label = view.label_of(read(run_dir, "metrics.parquet"))
+        label = view.label_of(metrics)
         view.draw_published(ax, read(run_dir, "published.parquet"), label)
-        what = f"{label} " if label else ""
-        ax.set_title(f"Not timed here (no MI355X): {what}as published by the seed", loc="left", pad=14, fontsize=8)
-    note = _modelled_note(run_dir)
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=6, color=plots.SOURCES["modelled"][1])
-    fig.tight_layout(rect=(0, 0.05 if note else 0, 1, 1))
+        ax.set_title(f"{variant}: not timed here (no MI355X); {label + ' ' if label else ''}as published for the "
+                     "whole seed PR", loc="left", pad=14, fontsize=8)
+    if have_model:
+        _draw_modelled(axes[0][1], modelled)
+        axes[0][1].set_title("modelled (timing model)", loc="left", pad=14, fontsize=8)
+    elif len(modelled):
+        fig.text(0.01, 0.01, f"modelled: {modelled['detail'].iloc[0]}", fontsize=6,
+                 color=plots.SOURCES["modelled"][1])
+    fig.tight_layout(rect=(0, 0.05 if len(modelled) and not have_model else 0, 1, 1))
     return fig
 
 
