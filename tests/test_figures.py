@@ -3,7 +3,6 @@ unimportable, byte for byte the same as the notebooks drew it; notebooks name fi
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
