@@ -59,9 +59,10 @@ $(SETUP_STAMP): requirements.txt pyproject.toml
 # gfx950-capable llvm-objdump / llvm-readelf (LLVM >= 20) for the code-object loader: a ROCm install,
 # Debian's llvm-NN, or llvm-objdump-NN on PATH. Missing: Debian's llvm-22 is installed when we are root
 # and apt-get exists; otherwise one line says why not (the tests that need it skip).
+LLVM_DIRS ?= "$${ROCM_PATH:-/nonexistent}/llvm/bin" /opt/rocm/llvm/bin $$(ls -d /usr/lib/llvm-*/bin 2>/dev/null | sort -rV)
 llvm: ## make sure a gfx950-capable llvm-objdump exists (installs Debian llvm-22 as root)
 	@gfx950_objdump() { \
-	  for d in "$${ROCM_PATH:-/nonexistent}/llvm/bin" /opt/rocm/llvm/bin $$(ls -d /usr/lib/llvm-*/bin 2>/dev/null | sort -rV); do \
+	  for d in $(LLVM_DIRS); do \
 	    o="$$d/llvm-objdump"; [ -x "$$o" ] || continue; \
 	    v=$$("$$o" --version 2>/dev/null) || continue; \
 	    maj=$$(printf '%s\n' "$$v" | sed -n 's/.*LLVM version \([0-9][0-9]*\).*/\1/p' | head -n1); \
