@@ -42,16 +42,22 @@ mode = None  # set by the runner; this data was measured on an H200 in device mo
 import json
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
+from IPython.display import SVG, display
 
-from mxfp4_ablation import paths, plots
-from mxfp4_ablation.bench.stats import paired_ratios, summarize
+from mxfp4_ablation import figures, paths
+from mxfp4_ablation.bench.stats import summarize
 from mxfp4_ablation.results import read_table
+from mxfp4_ablation.studies import harness
 
-plots.apply_style()
-root = Path(data_dir) if data_dir else paths.experiments_dir() / "harness-validation"
+root = Path(data_dir) if data_dir else paths.experiments_dir() / harness.DATA
+
+
+def show(name: str) -> None:
+    """Draw a registered figure from this notebook's data (`make figures` redraws it the same way)."""
+    display(SVG(filename=str(figures.render(name, root / final_run)[0])))
+
+
 runs = sorted(p.name for p in root.iterdir() if (p / "trials.parquet").exists())
 trials, prov = read_table(root / final_run / "trials.parquet")
 summary = pd.read_parquet(root / final_run / "summary.parquet")
@@ -84,33 +90,7 @@ checks[["kind", "check", "experiment", "method", "passed", "detail"]]
 # Delta = ratio - 1 in per cent, with its 95 % CI; the planted value is the black tick.
 
 # %%
-order = ["gemm_aa", "gemm_k+1%", "gemm_k+3%", "exact_aa_4k", "exact+1%", "exact+3%",
-         "exact_aa_2k", "exact+0.1%", "exact+0.3%"]
-planted = {"gemm_aa": 0, "gemm_k+1%": 1, "gemm_k+3%": 3, "exact_aa_4k": 0, "exact+1%": 1,
-           "exact+3%": 3, "exact_aa_2k": 0, "exact+0.1%": 0.1, "exact+0.3%": 0.3}
-fig, ax = plt.subplots(figsize=(7.5, 4.2))
-s = summary.set_index(["experiment", "method"])
-for j, method in enumerate(("events", "graph")):
-    for i, exp in enumerate(order):
-        if (exp, method) not in s.index:
-            continue
-        r = s.loc[(exp, method)]
-        y = i + (j - 0.5) * 0.3
-        ax.errorbar(100 * (r.ratio - 1), y, xerr=[[100 * (r.ratio - r.ci_low)],
-                                                  [100 * (r.ci_high - r.ratio)]],
-                    fmt="o", ms=3, capsize=2, color=("C0", "C1")[j],
-                    label=method if i == 0 else None)
-    ax.scatter([planted[e] for e in order], range(len(order)), marker="|", s=200, color="k",
-               label="planted" if j == 0 else None)
-ax.set_yticks(range(len(order)), order)
-ax.invert_yaxis()
-ax.set_xscale("symlog", linthresh=0.1)
-ax.set_xlabel("B vs A time delta (%), 95 % CI")
-ax.legend(loc="lower right")
-ax.set_title("A/A and planted slowdowns, 6 processes", loc="left")
-fig.tight_layout()
-plots.source_badge(ax, "device", "NVIDIA H200")
-plots.savefig(fig, "harness/planted_deltas")
+show("harness/planted_deltas")
 
 # %% [markdown]
 # ## 2. Why the CI includes a per-process term
@@ -119,24 +99,7 @@ plots.savefig(fig, "harness/planted_deltas")
 # ~0.01 %; for the 28 us GEMM (2048^3) they spread by ~0.2 %, more than the pair-only CI admits.
 
 # %%
-pairs = paired_ratios(trials)
-per_proc = pairs.groupby(["experiment", "method", "process"])["ratio"].median().reset_index()
-fig, ax = plt.subplots(figsize=(7.5, 3.8))
-for j, method in enumerate(("events", "graph")):
-    sub = per_proc[per_proc["method"] == method]
-    for i, exp in enumerate(order):
-        v = sub.loc[sub["experiment"] == exp, "ratio"].to_numpy()
-        ax.scatter(100 * (v - 1 - planted[exp] / 100), np.full(v.size, i + (j - 0.5) * 0.3),
-                   s=10, color=("C0", "C1")[j], label=method if i == 0 else None)
-ax.axvline(0, color="k", lw=0.8)
-ax.set_yticks(range(len(order)), order)
-ax.invert_yaxis()
-ax.set_xlabel("per-process median delta minus planted delta (%)")
-ax.legend(loc="lower right")
-ax.set_title("Process-to-process spread", loc="left")
-fig.tight_layout()
-plots.source_badge(ax, "device", "NVIDIA H200")
-plots.savefig(fig, "harness/process_spread")
+show("harness/process_spread")
 
 # %% [markdown]
 # ## 3. Cache effect and the two timing methods
@@ -146,21 +109,7 @@ plots.savefig(fig, "harness/process_spread")
 # launch rate, not the kernel. Graph replay removes the host from the timing.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
-cache = trials[trials["experiment"].isin(["cache_hot_vs_rotated", "cache_rot2x_vs_4x"])]
-labels = {("cache_hot_vs_rotated", "A"): "1 set (hot)", ("cache_hot_vs_rotated", "B"): "rotated 2x",
-          ("cache_rot2x_vs_4x", "A"): "rotated 2x", ("cache_rot2x_vs_4x", "B"): "rotated 4x"}
-for ax, method in zip(axes, ("events", "graph")):
-    sub = cache[cache["method"] == method]
-    med = sub.groupby(["experiment", "arm"])["time_per_launch_us"].median()
-    names = [labels[k] for k in med.index]
-    ax.bar(range(len(med)), med.to_numpy(), color=["C2", "C3", "C3", "C4"])
-    ax.set_xticks(range(len(med)), names, rotation=20)
-    ax.set_title(f"{method}", loc="left")
-    ax.set_ylabel("us per launch (median)")
-    plots.source_badge(ax, "device", "H200")
-fig.tight_layout()
-plots.savefig(fig, "harness/cache_effect")
+show("harness/cache_effect")
 
 # %%
 m = summary.pivot(index="experiment", columns="method", values="time_a_us").dropna()
@@ -173,23 +122,8 @@ m.round(4)
 # ## 4. Linearity of GEMM time in K (the premise of the K plants)
 
 # %%
-lin = summary[(summary["method"] == "events") & summary["experiment"].str.startswith("gemm_k")]
-k_ratio = lin["experiment"].str.extract(r"\+(\d+)%")[0].astype(float) / 100
-fig, ax = plt.subplots(figsize=(5, 3.4))
-ax.errorbar(100 * k_ratio, 100 * (lin["ratio"] - 1),
-            yerr=[100 * (lin["ratio"] - lin["ci_low"]), 100 * (lin["ci_high"] - lin["ratio"])],
-            fmt="o", capsize=2)
-slope = float(np.sum(k_ratio * (lin["ratio"] - 1)) / np.sum(k_ratio ** 2))
-xs = np.linspace(0, 26, 10)
-ax.plot(xs, xs, "k:", lw=0.8, label="time proportional to K")
-ax.plot(xs, slope * xs, "C1-", lw=0.8, label=f"fit: slope {slope:.4f}")
-ax.set_xlabel("K increase (%)")
-ax.set_ylabel("time increase (%)")
-ax.legend()
-ax.set_title("8192x8192xK bf16 GEMM", loc="left")
-fig.tight_layout()
-plots.source_badge(ax, "device", "H200")
-plots.savefig(fig, "harness/k_linearity")
+show("harness/k_linearity")
+slope = harness.k_slope(root / final_run)
 print(f"slope {slope:.4f}: ~{100 * (1 - slope):.1f} % of the GEMM's time does not scale with K")
 
 # %% [markdown]

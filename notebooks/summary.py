@@ -33,13 +33,15 @@ shapes = None  # correctness/timing shapes of the leave-one-out variants; None: 
 seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
 verify_leave_one_out = True
+fidelity = True  # first/last rungs vs the seeds' before/after kernels (where mxfp4_ablation.fidelity exists)
 
 # %%
-from IPython.display import SVG, Markdown, display
+from IPython.display import Markdown, display
 
 from mxfp4_ablation.studies import gemm
 
-report = gemm.summary_report(out_dir, mode, isa_shape, shapes, seeds, iterations, verify_leave_one_out)
+report = gemm.summary_report(out_dir, mode, isa_shape, shapes, seeds, iterations, verify_leave_one_out,
+                             fidelity=fidelity)
 
 # %% [markdown]
 # ## GEMM ladder: every static metric per step
@@ -48,12 +50,12 @@ report = gemm.summary_report(out_dir, mode, isa_shape, shapes, seeds, iterations
 report.ladder_table()
 
 # %%
-display(SVG(filename=str(report.figures[0])))
+report.figure("ladder_metrics")
 
 # %% [markdown]
 # ## Does each switch move its metric the intended way?
 # `before` is the predecessor (switch off), `after` the step (switch on); the expectations are the
-# switch docstrings' "Metric:" claims (`gemm.EXPECTATIONS`).
+# switch records' expected metric moves.
 
 # %%
 report.expectations[report.expectations["comparison"] == "ladder"].reset_index(drop=True)
@@ -66,7 +68,7 @@ report.expectations[report.expectations["comparison"] == "ladder"].reset_index(d
 report.leave_one_out_table()
 
 # %%
-display(SVG(filename=str(report.figures[1])))
+report.figure("leave_one_out")
 
 # %% [markdown]
 # ## Correctness of every variant
@@ -80,8 +82,16 @@ report.correctness
 # otherwise PR #990's published before/after/aiter-asm figures.
 
 # %%
-display(report.tflops if report.tflops is not None else gemm.published_wide())
-display(SVG(filename=str(report.figures[2])))
+display(report.measured if report.measured is not None else gemm.published_wide())
+display(report.figure("tflops"))
+
+# %% [markdown]
+# ## Fidelity: does the ladder start at the seed's "before" and end at its "after"?
+# Our first and last rungs against FlyDSL's kernel before and after PR #990, fingerprint metric by metric
+# (static counts; the upstream numbers are committed in `experiments/reference/fingerprints.csv`).
+
+# %%
+report.fidelity if report.fidelity is not None else Markdown(f"*Not shown:* {report.fidelity_note}")
 
 # %% [markdown]
 # ## The README's ladder table (generated from the tables above)
@@ -103,7 +113,8 @@ Markdown(gemm.readme_table(report.metrics, report.expectations, report.correctne
 # %%
 from mxfp4_ablation.studies import moe
 
-moe_report = moe.summary_report(out_dir, mode, seeds=seeds, verify_leave_one_out=verify_leave_one_out)
+moe_report = moe.summary_report(out_dir, mode, seeds=seeds, verify_leave_one_out=verify_leave_one_out,
+                                fidelity=fidelity)
 
 # %% [markdown]
 # ### MoE ladders: every static metric per step, per gemm and regime
@@ -115,12 +126,12 @@ for gemm_name in ("gemm1", "gemm2"):
         display(moe_report.ladder_table(gemm_name, regime))
 
 # %%
-display(SVG(filename=str(moe_report.figures[0])))
+moe_report.figure("ladder_metrics")
 
 # %% [markdown]
 # ### Does each MoE switch move its metric the intended way (both regimes)?
 # `before` is the predecessor (switch off), `after` the step (switch on); the expectations are the switch
-# docstrings' "Metric:" claims (`moe.EXPECTATIONS`).
+# records' expected metric moves.
 
 # %%
 moe_report.expectations[moe_report.expectations["comparison"] == "ladder"].reset_index(drop=True)
@@ -132,7 +143,7 @@ moe_report.expectations[moe_report.expectations["comparison"] == "ladder"].reset
 moe_report.leave_one_out_table()
 
 # %%
-display(SVG(filename=str(moe_report.figures[1])))
+moe_report.figure("leave_one_out")
 
 # %% [markdown]
 # ### MoE correctness of every variant (passed = every check passed, in both regimes)
@@ -146,5 +157,11 @@ moe_report.correctness
 # only aiter PR #3828's own FlyDSL-time / HIP-time ratios, labelled *published* (nothing here is measured).
 
 # %%
-display(moe_report.timing if moe_report.timing is not None else moe.published_wide())
-display(SVG(filename=str(moe_report.figures[2])))
+display(moe_report.measured if moe_report.measured is not None else moe.published_wide())
+display(moe_report.figure("published_ratios"))
+
+# %% [markdown]
+# ### MoE fidelity: first/last rungs against aiter's kernels before and after PR #3828
+
+# %%
+moe_report.fidelity if moe_report.fidelity is not None else Markdown(f"*Not shown:* {moe_report.fidelity_note}")

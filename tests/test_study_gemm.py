@@ -200,10 +200,10 @@ def test_step_report_writes_its_tables_with_provenance(stub, tmp_path):
     assert set(zip(metrics["variant"], metrics["role"])) == {("gemm-v1", "variant"), ("gemm-v0", "baseline")}
     assert (out / "isa" / "gemm-v1.s").read_text() == synthetic_isa({"wide_epilogue"})
     assert rep.expectations["as_intended"].all() and set(rep.expectations["variant"]) == {"gemm-v1"}
-    assert rep.tflops is None  # nothing is timed off-device
-    names = [p.name for p in rep.figures]
+    assert rep.measured is None  # nothing is timed off-device
+    names = [p.name for p in rep.figures.values()]
     assert names == ["01_wide_epilogue_isa_diff.svg", "01_wide_epilogue_speed.svg"]
-    assert all(p.is_file() and p.with_suffix(".png").is_file() for p in rep.figures)
+    assert all(p.is_file() and p.with_suffix(".png").is_file() for p in rep.figures.values())
 
 
 def test_verify_table_records_what_did_not_run(stub, monkeypatch):
@@ -383,5 +383,5 @@ def test_device_mode_step_says_why_nothing_was_timed(stub, tmp_path, monkeypatch
     monkeypatch.setattr(launchers, "launcher_for", no_launcher)
     rep = G.step_report("gemm-v1", shapes="8192,8192,8192", mode="device", out_dir=tmp_path, render=False)
     assert list(rep.verify["backend"]) == ["device"] and list(rep.verify["status"]) == ["passed"]
-    assert rep.tflops is None and "has no launcher yet" in rep.speed_note
+    assert rep.measured is None and "has no launcher yet" in rep.speed_note
     assert not (tmp_path / "tflops.parquet").exists()

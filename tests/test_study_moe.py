@@ -141,7 +141,7 @@ def test_study_metrics_and_expectations_on_real_compiles(small_gemm2):
     assert not moved.xs("v_mad_u64_u32", level="metric").any()
     assert moved.xs("epilogue_instructions", level="metric").all()
     assert (exp.loc[exp["metric"] == "v_mad_u64_u32", ["before", "after"]] == 0).all().all()
-    wide = {r: M.G.metric_wide(small_gemm2[small_gemm2["regime"] == r]) for r in M.REGIMES}
+    wide = {r: M.metric_wide(small_gemm2[small_gemm2["regime"] == r]) for r in M.REGIMES}
     for r in M.REGIMES:
         w = wide[r]
         assert w.at["moe2-v3", "kernarg_bytes"] == w.at["moe2-v4", "kernarg_bytes"] == 76  # int64_abi on in both
@@ -248,7 +248,7 @@ def test_step_report_tables_and_deterministic_figures(sandbox):
     run = sandbox / "run"
     rep = M.step_report("moe2-v3", cases={"decode": "16,8,512,256,2,16"}, seeds=[0, 1], out_dir=run,
                         isa_cases=SMALL, render=False)
-    assert rep.baseline == "moe2-v2" and rep.switch == "backend_waitcnt" and rep.timing is None
+    assert rep.baseline == "moe2-v2" and rep.switch == "backend_waitcnt" and rep.measured is None
     for table, mode in (("verify", "emulated"), ("metrics", "static"), ("isa_diff", "static"),
                         ("expectations", "static"), ("published", "published")):
         df, prov = results.read_table(run / f"{table}.parquet")
@@ -319,4 +319,4 @@ def test_summary_report_gathers_the_step_runs(sandbox):
     assert (missed[["before", "after"]] == 0).all().all()
     with pytest.raises(M.StudyError, match="ladder_table takes"):
         rep.ladder_table("gemm3", "decode")
-    assert rep.timing is None
+    assert rep.measured is None

@@ -16,22 +16,62 @@
 #
 # The first step predates PR #990: FlyDSL PR #756 pinned the MFMA accumulators in AGPRs so the
 # compiler stops shuffling them through arch VGPRs.
-#
-# The seed's own words for this step (from the switch docstring in `src/mxfp4_ablation/kernels/gemm.py`),
-# the correctness checks, the ISA diff against the predecessor and the speed view all come from
-# `mxfp4_ablation.studies.gemm.step_report`; tables land in this run's folder, figures under
-# `figures/gemm/`.
 
 # %% tags=["parameters"]
 out_dir = None  # set by the runner: the run folder this notebook writes into
 mode = "emulated"  # device | emulated | static (set by the runner)
+variant = "gemm-v1"
 baseline = None  # None: the ladder predecessor
-shapes = None  # None: the mode's defaults (emulated: 256x256x2048 and 512x512x2048; device: PR #990's shapes)
+shapes = None  # None: the mode's defaults (emulated: 256x256x2048 and 512x512x2048; device: PR #990's)
+isa_shape = [8192, 8192, 8192]  # where the ISA is read
 seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
-variant = "gemm-v1"
+modelled = True  # the timing model's speed too, where mxfp4_ablation.modelled exists
+
+# %% [markdown]
+# The switch's own record (the seed's claim, the mechanism, the metric it should move), rendered:
 
 # %%
 from mxfp4_ablation.studies import gemm
 
-gemm.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations).show()
+step = gemm.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations, isa_shape,
+                        modelled=modelled)
+step.intro()
+
+# %% [markdown]
+# ## Correctness
+# Every check of this variant (the emulator off-device, the GPU on an MI355X), at every shape and seed.
+
+# %%
+step.verify
+
+# %% [markdown]
+# ## ISA: what changed from the predecessor
+# Static counts of the offline gfx950 compile; `step.changed(only_intended=True)` keeps the switch's own.
+
+# %%
+step.changed()
+
+# %%
+step.expectations
+
+# %%
+step.figure("isa_diff")
+
+# %% [markdown]
+# ## The hot loop, side by side (predecessor | step)
+# `step.hot_loop(regime, lines=None)` shows all of it; `step.isa_text(name)` is the whole `.s`.
+
+# %%
+step.hot_loop()
+
+# %% [markdown]
+# ## Speed
+# Every value says its kind: *measured* (an MI355X, paired A/B with CIs), *modelled* (the timing model,
+# where it exists) or *published* (the seed's own figures); a kind that is missing says why.
+
+# %%
+step.speed_table()
+
+# %%
+step.figure("speed")

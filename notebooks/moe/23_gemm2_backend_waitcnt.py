@@ -14,26 +14,64 @@
 # %% [markdown]
 # # MoE gemm2 ladder step 3 · `backend_waitcnt`: LLVM owns the K-loop waits
 #
-# aiter PR #3828 drops the hand-written inline-asm `s_waitcnt vmcnt(N)` from gemm2's K loop: LLVM inserts
-# its own waits anyway, so each K step waited twice (the PR's large-M bubble).
-#
-# The seed's own words for this step (from the switch docstring in the kernel module), the emulator
-# checks in both regimes (decode: block_m 16, atomic gemm2; prefill: block_m 128), the ISA diff against
-# the predecessor at the Kimi-K2.5 TP=4 shape (decode M=16, prefill M=4096) and the speed view all come
-# from `mxfp4_ablation.studies.moe.step_report`; tables land in this run's folder, figures under
-# `figures/moe/`.
+# aiter PR #3828 drops the hand-written inline-asm `s_waitcnt vmcnt(N)` from gemm2's K loop: LLVM
+# inserts its own waits anyway, so each K step waited twice (the PR's large-M bubble).
 
 # %% tags=["parameters"]
 out_dir = None  # set by the runner: the run folder this notebook writes into
 mode = "emulated"  # device | emulated | static (set by the runner)
+variant = "moe2-v3"
 baseline = None  # None: the ladder predecessor
-cases = None  # None: the mode's defaults ({"decode": "16,8,512,256,2,16", "prefill": "200,8,512,256,2,128"} off-device)
-isa_cases = None  # None: the Kimi-K2.5 TP4 shape, decode 16 tokens (block_m 16) and prefill 4096 tokens (block_m 128)
+cases = None  # None: the mode's defaults (off-device: the small test MoE, decode and prefill)
+isa_cases = None  # None: Kimi-K2.5 TP=4, decode 16 tokens (block_m 16) and prefill 4096 (block_m 128)
 seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
-variant = "moe2-v3"
+modelled = True  # the timing model's speed too, where mxfp4_ablation.modelled exists
+
+# %% [markdown]
+# The switch's own record (the seed's claim, the mechanism, the metric it should move), rendered:
 
 # %%
 from mxfp4_ablation.studies import moe
 
-moe.step_report(variant, baseline, cases, mode, seeds, out_dir, iterations, isa_cases).show()
+step = moe.step_report(variant, baseline, cases, mode, seeds, out_dir, iterations, isa_cases,
+                       modelled=modelled)
+step.intro()
+
+# %% [markdown]
+# ## Correctness
+# Every check of this variant (the emulator off-device, the GPU on an MI355X), at every shape and seed.
+
+# %%
+step.verify
+
+# %% [markdown]
+# ## ISA: what changed from the predecessor
+# Static counts of the offline gfx950 compile; `step.changed(only_intended=True)` keeps the switch's own.
+
+# %%
+step.changed()
+
+# %%
+step.expectations
+
+# %%
+step.figure("isa_diff")
+
+# %% [markdown]
+# ## The hot loop, side by side (predecessor | step)
+# `step.hot_loop(regime, lines=None)` shows all of it; `step.isa_text(name)` is the whole `.s`.
+
+# %%
+step.hot_loop()
+
+# %% [markdown]
+# ## Speed
+# Every value says its kind: *measured* (an MI355X, paired A/B with CIs), *modelled* (the timing model,
+# where it exists) or *published* (the seed's own figures); a kind that is missing says why.
+
+# %%
+step.speed_table()
+
+# %%
+step.figure("speed")

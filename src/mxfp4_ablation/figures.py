@@ -1,9 +1,14 @@
 """Every figure of the study, registered by name, drawn from stored data alone.
 
-A study module registers ``@figure("group/name", run="<notebook run name>")`` functions that take the
-run folder a notebook wrote and return a matplotlib figure. Notebooks call :func:`render` right after
-writing their data; ``make figures`` (``python -m mxfp4_ablation.figures``) redraws every figure from the
-latest run of its notebook without compiling or measuring anything.
+A figure is ``@figure("group/name", run="<notebook run name>")`` (it draws from the latest published run
+of that notebook) or ``@figure("group/name", data="<folder under experiments/>")`` (committed data). Its
+function takes that folder and returns a matplotlib figure. Notebooks call :func:`render` by name right
+after writing their data; ``make figures`` (``python -m mxfp4_ablation.figures``) redraws every
+registered figure from stored tables without compiling, measuring or importing FlyDSL.
+
+The modules in :data:`FIGURE_MODULES` register their figures on import; they must import neither
+FlyDSL nor the kernel registry at import time (``tests/test_figures.py`` blocks ``flydsl`` and runs
+the redraw).
 """
 
 from __future__ import annotations
@@ -14,42 +19,62 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import plots, results
+from . import paths, plots, results
+from .studies import STUDIES
 
-#: Study modules whose figures are registered on import.
-STUDY_MODULES = ("mxfp4_ablation.studies.walkthrough", "mxfp4_ablation.studies.gemm", "mxfp4_ablation.studies.moe")
+#: Modules whose figures are registered on import: the two single notebooks' and every study's.
+FIGURE_MODULES = ("mxfp4_ablation.studies.walkthrough", "mxfp4_ablation.studies.harness", *STUDIES.values())
 
 
 @dataclass(frozen=True)
 class Figure:
     name: str
-    run: str
+    run: str | None  # the notebook run it draws from (latest published run), or
+    data: str | None  # a committed folder under experiments/
     draw: Callable
+
+    def source(self) -> Path | None:
+        """The folder this figure draws from now (None: no run of its notebook yet)."""
+        if self.data is not None:
+            path = paths.experiments_dir() / self.data
+            return path if path.is_dir() else None
+        return results.latest_run(self.run)
 
 
 FIGURES: dict[str, Figure] = {}
 
 
-def figure(name: str, run: str):
+def figure(name: str, run: str | None = None, data: str | None = None):
+    if (run is None) == (data is None):
+        raise ValueError(f"figure {name!r}: give exactly one of run= and data=")
+
     def register(func):
-        FIGURES[name] = Figure(name, run, func)
+        FIGURES[name] = Figure(name, run, data, func)
         return func
 
     return register
 
 
-def _load_studies() -> None:
-    for module in STUDY_MODULES:
+def load() -> dict[str, Figure]:
+    """Import every figure module (registering its figures); the registry."""
+    for module in FIGURE_MODULES:
         importlib.import_module(module)
+    return FIGURES
 
 
-def render(name: str, run_dir: str | Path, root: str | Path | None = None) -> list[Path]:
-    """Draw figure ``name`` from ``run_dir`` and save it (svg + png) under figures/."""
+_load_studies = load  # the former name
+
+
+def render(name: str, run_dir: str | Path | None = None, root: str | Path | None = None) -> list[Path]:
+    """Draw figure ``name`` from ``run_dir`` (default: its source) and save it (svg + png) under figures/."""
     import matplotlib.pyplot as plt
 
-    _load_studies()
+    load()
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r} (known: {', '.join(sorted(FIGURES))})")
+    run_dir = Path(run_dir) if run_dir is not None else FIGURES[name].source()
+    if run_dir is None:
+        raise ValueError(f"figure {name!r}: no stored data to draw from yet")
     plots.apply_style()
     fig = FIGURES[name].draw(Path(run_dir))
     try:
@@ -58,17 +83,23 @@ def render(name: str, run_dir: str | Path, root: str | Path | None = None) -> li
         plt.close(fig)
 
 
-def main() -> int:
-    _load_studies()
+def main(argv: list[str] | None = None) -> int:
+    load()
     missing = 0
-    for fig in FIGURES.values():
-        run = results.latest_run(fig.run)
-        if run is None:
-            print(f"figures: {fig.name}: no run of {fig.run!r} yet (make reproduce writes one)")
+    for fig in sorted(FIGURES.values(), key=lambda f: f.name):
+        source = fig.source()
+        if source is None:
+            print(f"figures: {fig.name}: no run of {fig.run or fig.data!r} yet (make reproduce writes one)")
             missing += 1
             continue
-        for path in render(fig.name, run):
-            print(f"figures: {path} <- {run.name}")
+        try:
+            drawn = render(fig.name, source)
+        except FileNotFoundError as err:  # a run from before this figure existed
+            print(f"figures: {fig.name}: {source.name} lacks its data ({err})")
+            missing += 1
+            continue
+        for path in drawn:
+            print(f"figures: {path} <- {source.name}")
     return 0 if not missing else 1
 
 

@@ -2,26 +2,59 @@
 
 ``python -m mxfp4_ablation.notebooks run notebooks/gemm/01_agpr_acc.py [-p name value ...]``
 
-The executed ``.ipynb`` is an output: it lands in the run folder, which is published only when the
-notebook ran to the end. A failed run leaves its partly executed notebook in
-``experiments/.failed/<name>.ipynb`` for debugging, and no run folder.
+The executed ``.ipynb`` is an output: it lands in the run folder, which is published (renamed from its
+``.partial`` name) only when the notebook ran to the end. A failed run leaves its partly executed
+notebook in ``experiments/.failed/<name>.ipynb`` for debugging, and no run folder. An interrupted run
+(Ctrl-C, SIGTERM, SIGHUP) kills the notebook's kernel at once and publishes nothing.
 The notebook receives the parameters ``out_dir`` (the run folder) and ``mode`` (device, emulated or
 static, from :func:`mxfp4_ablation.modes.detect`) on top of its own.
+
+Two runs of one notebook at a time are refused with one clear line (an flock on the notebook's source).
+
+``python -m mxfp4_ablation.notebooks deps`` prints the Makefile rules that make a notebook rerun when
+*its* inputs change: the modules it imports (followed through ``src/``), the kernel modules of its
+family (:func:`family_modules`) and the data it reads (:data:`DATA`). It needs only the standard
+library, so ``make`` can run it before any setup.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
+import fnmatch
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
-from . import modes, paths, results
+from . import paths
 
 KERNEL_NAME = "mxfp4-ablation"
+SRC = paths.REPO_ROOT / "src"
+#: Top-level packages of ours whose imports are followed.
+PACKAGES = ("mxfp4_ablation", "gfx950emu")
+
+#: Modules a notebook needs beyond what it imports, by notebook path (fnmatch, first match wins): kernel
+#: modules reached by name (importlib), not by an import statement. The study notebooks
+#: (``notebooks/<group>/*.py``) need not be listed: their kernels are the families of that group in
+#: ``experiments/shapes.toml`` (and the summary's, every family); see :func:`family_modules`.
+FAMILY_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("notebooks/00_walkthrough.py", ("mxfp4_ablation.kernels.probe", "mxfp4_ablation.kernels.mfma_tile")),
+)
+#: Committed data a notebook reads, by notebook path (fnmatch, first match wins); folders are taken whole.
+DATA: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("notebooks/harness_validation.py", ("experiments/harness-validation",)),
+    ("notebooks/*.py", ("experiments/reference", "experiments/shapes.toml")),
+)
+
+
+class NotebookError(ValueError):
+    """Bad input to the runner, or a run refused (the message is meant for the user)."""
 
 
 def run_name(source: Path) -> str:
@@ -29,17 +62,216 @@ def run_name(source: Path) -> str:
     return str(rel.with_suffix("")).replace(os.sep, "--")
 
 
+# ============================================================================ dependencies
+
+
+def _module_file(module: str) -> Path | None:
+    base = SRC.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Every module of ours an AST imports (anywhere: lazy imports inside functions count too)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = module.split(".")
+                base = parts if is_package else parts[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            out.add(prefix)
+            out |= {f"{prefix}.{alias.name}" for alias in node.names}  # ``from pkg import module``
+    return {m for m in out if m.split(".")[0] in PACKAGES}
+
+
+def module_closure(modules) -> set[Path]:
+    """Source files of ``modules`` and of every module of ours they import, transitively (and the
+    ``__init__.py`` of each package on the way)."""
+    seen: set[str] = set()
+    files: set[Path] = set()
+    todo = list(modules)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = _module_file(module)
+        if path is None:
+            continue
+        files.add(path)
+        parts = module.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
+        tree = ast.parse(path.read_text(), str(path))
+        todo += sorted(_imports(tree, module, path.name == "__init__.py"))
+    return files
+
+
+def notebook_imports(source: Path) -> set[str]:
+    """Modules of ours the notebook's code imports (jupytext percent cells are plain Python)."""
+    tree = ast.parse(Path(source).read_text(), str(source))
+    return _imports(tree, "__notebook__", False)
+
+
+def _first(table, rel: str) -> tuple[str, ...]:
+    for pattern, value in table:
+        if fnmatch.fnmatch(rel, pattern):
+            return value
+    return ()
+
+
+def family_modules(rel: str) -> set[str]:
+    """The kernel modules a notebook at ``rel`` (repo-relative) runs: its shapes.toml group's families
+    for ``notebooks/<group>/*``, every family for the summary, else :data:`FAMILY_MODULES`."""
+    import tomllib
+
+    from .family import FAMILIES
+
+    groups = tomllib.loads((paths.REPO_ROOT / "experiments" / "shapes.toml").read_text())
+    parts = rel.split("/")
+    if rel == "notebooks/summary.py":
+        return set(FAMILIES.values())
+    if len(parts) == 3 and parts[1] in groups and "families" in groups[parts[1]]:
+        return {FAMILIES[f] for f in groups[parts[1]]["families"]}
+    return set(_first(FAMILY_MODULES, rel))
+
+
+def notebook_dependencies(source: Path) -> list[Path]:
+    """Everything a notebook's result depends on, besides the notebook itself and the environment."""
+    source = Path(source).resolve()
+    rel = source.relative_to(paths.REPO_ROOT).as_posix()
+    files = module_closure(notebook_imports(source) | family_modules(rel) | {"mxfp4_ablation.family"})
+    for item in _first(DATA, rel):
+        path = paths.REPO_ROOT / item
+        if path.is_dir():
+            files |= {p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+        elif path.is_file():
+            files.add(path)
+    return sorted(files)
+
+
+def notebook_sources(root: Path | None = None) -> list[Path]:
+    root = root or paths.REPO_ROOT / "notebooks"
+    return sorted(p for p in root.rglob("*.py") if ".ipynb_checkpoints" not in p.parts)
+
+
+def make_rules(stamps: str = "experiments/.stamps") -> str:
+    """``<stamp>: <its inputs>`` for every notebook (repo-relative paths, one rule per notebook)."""
+    lines = ["# generated by `python -m mxfp4_ablation.notebooks deps`; do not edit"]
+    for nb in notebook_sources():
+        rel = nb.relative_to(paths.REPO_ROOT)
+        stamp = f"{stamps}/{rel.relative_to('notebooks').with_suffix('')}.done"
+        deps = [p.relative_to(paths.REPO_ROOT).as_posix() for p in notebook_dependencies(nb)]
+        lines.append(f"{stamp}: {' '.join([rel.as_posix()] + deps)}")
+    return "\n".join(lines) + "\n"
+
+
+# ============================================================================ running
+
+
+#: Kernel processes started by this process (their pids; each leads its own session).
+_KERNELS: set[int] = set()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked kernel process
+    """Linux: the kernel gets SIGKILL when the process that started it dies, however it dies."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _kernel_manager_class():
+    from jupyter_client import AsyncKernelManager
+
+    class TiedKernelManager(AsyncKernelManager):
+        """A kernel that dies with its parent, and whose pid the runner knows (to kill it on Ctrl-C)."""
+
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            if sys.platform.startswith("linux"):
+                kw.setdefault("preexec_fn", _die_with_parent)
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            process = getattr(self.provisioner, "process", None)
+            if process is not None:
+                _KERNELS.add(process.pid)
+
+    return TiedKernelManager
+
+
+def _kill_kernels() -> None:
+    for pid in list(_KERNELS):
+        for kill in (os.killpg, os.kill):  # the kernel leads its own session: take its children too
+            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                kill(pid, signal.SIGKILL)
+        _KERNELS.discard(pid)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal; nothing was published."""
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[dict]:
+    """SIGINT / SIGTERM / SIGHUP kill the kernel at once and raise :class:`Interrupted`.
+
+    papermill (through nbclient) otherwise lets the running cell finish, and may swallow the
+    KeyboardInterrupt; ``state["signal"]`` is checked again before anything is published.
+    """
+    state: dict = {"signal": None}
+
+    def handler(signum, frame):
+        state["signal"] = signum
+        _kill_kernels()
+        raise Interrupted(f"stopped by {signal.Signals(signum).name}")
+
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield state  # signals are delivered to the main thread only; nothing to install
+        return
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield state
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        _kill_kernels()
+
+
+@contextlib.contextmanager
+def _lock(source: Path, name: str) -> Iterator[None]:
+    """One run of a notebook at a time: an flock on its source file (no lock files to clean up)."""
+    import fcntl
+
+    with open(source, "rb") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise NotebookError(f"{name} is already running (another process holds the lock on {source}); "
+                                "wait for it or stop it") from None
+        yield
+
+
 def run(source: str | Path, parameters: dict | None = None, kernel_name: str = KERNEL_NAME) -> Path:
     import jupytext
     import papermill
 
+    from . import modes, results
+
     source = Path(source)
     if not source.is_file() or source.suffix != ".py":
-        raise ValueError(f"{source} is not a jupytext .py notebook")
+        raise NotebookError(f"{source} is not a jupytext .py notebook")
     name = run_name(source)
     mode, reason = modes.detect()
     notebook = jupytext.read(source)
-    with tempfile.TemporaryDirectory(prefix="mxfp4-nb-") as tmp:
+    with _lock(source, name), _stop_on_signals() as state, tempfile.TemporaryDirectory(prefix="mxfp4-nb-") as tmp:
         src_ipynb = Path(tmp) / f"{source.stem}.ipynb"
         jupytext.write(notebook, src_ipynb)
         executed = Path(tmp) / "out" / f"{source.stem}.ipynb"
@@ -51,8 +283,14 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
                 papermill.execute_notebook(
                     str(src_ipynb), str(executed), parameters=params,
                     kernel_name=kernel_name, language="python", cwd=str(paths.REPO_ROOT), progress_bar=False,
+                    kernel_manager_class=_kernel_manager_class(),
                 )
+                if state["signal"] is not None:  # a swallowed interrupt: still publish nothing
+                    raise Interrupted(f"stopped by {signal.Signals(state['signal']).name}")
                 shutil.copy(executed, rd / executed.name)
+        except Interrupted:
+            print(f"[{name}] interrupted; nothing published", file=sys.stderr, flush=True)
+            raise
         except BaseException:
             if executed.is_file():
                 failed = paths.experiments_dir() / ".failed"
@@ -71,7 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("notebook")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="papermill parameter (VALUE parsed as JSON when it parses)")
+    d = sub.add_parser("deps", help="print Makefile rules: each notebook's stamp and the files it depends on")
+    d.add_argument("--stamps", default="experiments/.stamps")
     args = parser.parse_args(argv)
+    if args.cmd == "deps":
+        sys.stdout.write(make_rules(args.stamps))
+        return 0
     params = {}
     for key, value in args.parameter:
         try:
@@ -80,9 +323,11 @@ def main(argv: list[str] | None = None) -> int:
             params[key] = value
     try:
         run(args.notebook, params)
-    except ValueError as err:
+    except NotebookError as err:
         print(f"notebooks: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 

@@ -1,0 +1,64 @@
+"""``python -m mxfp4_ablation.studies <command>``: the studies from the command line.
+
+* ``readme-table [--study NAME] [--run DIR] [--update FILE]`` -- print a study's README ladder table from
+  the latest summary run (or ``--run``), or replace every study's table between its markers in FILE;
+* ``list`` -- the studies, their step notebooks and their figures (FlyDSL-free);
+* ``new-step STUDY VARIANT --title ... --sentence ...`` -- the step notebook of a new ladder rung.
+
+User errors (no summary run yet, a file without markers, an unknown study) exit 2 with one line;
+anything else is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import STUDIES, get, readme
+from .tables import StudyError
+
+
+def main(argv: list[str] | None = None, study: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mxfp4_ablation.studies")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("readme-table", help="print (or --update) the README's ladder table(s) from the data")
+    p.add_argument("--study", choices=sorted(STUDIES), default=study,
+                   help="one study (default: gemm when printing; every study with markers when updating)")
+    p.add_argument("--run", help="summary run folder (default: the latest experiments/*-summary)")
+    p.add_argument("--update", metavar="FILE", help="replace the tables between their markers in FILE")
+    sub.add_parser("list", help="the studies, their step notebooks and figures")
+    n = sub.add_parser("new-step", help="write a ladder rung's step notebook from the template")
+    n.add_argument("study", choices=sorted(STUDIES))
+    n.add_argument("variant", help="the new ladder rung (its Switch record and builder branch exist)")
+    n.add_argument("--title", required=True, help='e.g. "GEMM ladder step 8 · `unroll4`: four K steps per trip"')
+    n.add_argument("--sentence", required=True, help="one or two sentences: what the step does, in the seed's terms")
+    n.add_argument("--force", action="store_true", help="rewrite an existing notebook")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "list":
+            from .. import figures
+
+            figures.load()
+            for name in STUDIES:
+                names = sorted(f for f in figures.FIGURES if f.startswith(f"{name}/"))
+                print(f"{name}: {len(names)} figures: {', '.join(names)}")
+            return 0
+        if args.cmd == "new-step":
+            from . import stubs
+
+            try:
+                path = stubs.new_step(get(args.study), args.variant, args.title, args.sentence, args.force)
+            except ValueError as err:
+                raise StudyError(str(err)) from None
+            print(f"wrote {path}")
+            return 0
+        if args.update:
+            names = [args.study] if args.study else list(STUDIES)
+            done = readme.update(args.update, [get(n) for n in names], args.run)
+            print(f"updated the {', '.join(done)} ladder table(s) in {args.update}")
+        else:
+            print(readme.table_from_run(get(args.study or "gemm"), args.run))
+    except (StudyError, FileNotFoundError) as err:
+        print(f"studies: {err}", file=sys.stderr)
+        return 2
+    return 0

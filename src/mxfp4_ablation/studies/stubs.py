@@ -1,0 +1,147 @@
+"""Step notebooks from one template: a step's file carries only its title, its variant and a sentence.
+
+``python -m mxfp4_ablation.studies new-step gemm gemm-v8 --title "..." --sentence "..."`` writes
+``notebooks/gemm/08_<switch>.py``; ``tests/test_notebooks.py`` checks that every step notebook is its
+template with its own three values, so the cells stay the same everywhere (and a change to them is made
+here, once: ``python -m mxfp4_ablation.studies new-step ... --force`` rewrites a file).
+
+The cells call the engine (:class:`~mxfp4_ablation.studies.engine.StepReport`), one view per cell, so a
+reader can change a parameter or a cell and rerun it: the verification, the ISA diff, the hot loops side
+by side, the speed of every kind.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .. import paths
+
+HEADER = """# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: MXFP4 ablation
+#     language: python
+#     name: mxfp4-ablation
+# ---
+"""
+
+#: Per study: the parameters beyond out_dir / mode / variant, and the study module.
+PARAMETERS = {
+    "gemm": ('baseline = None  # None: the ladder predecessor\n'
+             'shapes = None  # None: the mode\'s defaults (emulated: 256x256x2048 and 512x512x2048; device: PR #990\'s)\n'
+             'isa_shape = [8192, 8192, 8192]  # where the ISA is read\n'
+             'seeds = [0]\n'
+             'iterations = 100  # timed A/B pairs per process (device mode only)\n'
+             'modelled = True  # the timing model\'s speed too, where mxfp4_ablation.modelled exists\n',
+             "step = gemm.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations, isa_shape,\n"
+             "                        modelled=modelled)"),
+    "moe": ('baseline = None  # None: the ladder predecessor\n'
+            'cases = None  # None: the mode\'s defaults (off-device: the small test MoE, decode and prefill)\n'
+            'isa_cases = None  # None: Kimi-K2.5 TP=4, decode 16 tokens (block_m 16) and prefill 4096 (block_m 128)\n'
+            'seeds = [0]\n'
+            'iterations = 100  # timed A/B pairs per process (device mode only)\n'
+            'modelled = True  # the timing model\'s speed too, where mxfp4_ablation.modelled exists\n',
+            "step = moe.step_report(variant, baseline, cases, mode, seeds, out_dir, iterations, isa_cases,\n"
+            "                       modelled=modelled)"),
+}
+
+BODY = '''
+# %% [markdown]
+# The switch's own record (the seed's claim, the mechanism, the metric it should move), rendered:
+
+# %%
+from mxfp4_ablation.studies import {study}
+
+{call}
+step.intro()
+
+# %% [markdown]
+# ## Correctness
+# Every check of this variant (the emulator off-device, the GPU on an MI355X), at every shape and seed.
+
+# %%
+step.verify
+
+# %% [markdown]
+# ## ISA: what changed from the predecessor
+# Static counts of the offline gfx950 compile; `step.changed(only_intended=True)` keeps the switch's own.
+
+# %%
+step.changed()
+
+# %%
+step.expectations
+
+# %%
+step.figure("isa_diff")
+
+# %% [markdown]
+# ## The hot loop, side by side (predecessor | step)
+# `step.hot_loop(regime, lines=None)` shows all of it; `step.isa_text(name)` is the whole `.s`.
+
+# %%
+step.hot_loop()
+
+# %% [markdown]
+# ## Speed
+# Every value says its kind: *measured* (an MI355X, paired A/B with CIs), *modelled* (the timing model,
+# where it exists) or *published* (the seed's own figures); a kind that is missing says why.
+
+# %%
+step.speed_table()
+
+# %%
+step.figure("speed")
+'''
+
+
+def render(study: str, variant: str, title: str, sentence: str) -> str:
+    """The notebook text of one step."""
+    if study not in PARAMETERS:
+        raise ValueError(f"no step-notebook template for study {study!r} (known: {', '.join(PARAMETERS)})")
+    params, call = PARAMETERS[study]
+    head = (f"\n# %% [markdown]\n# # {title}\n#\n" + "\n".join(f"# {line}".rstrip() for line in _wrap(sentence)) + "\n"
+            f"\n# %% tags=[\"parameters\"]\n"
+            "out_dir = None  # set by the runner: the run folder this notebook writes into\n"
+            'mode = "emulated"  # device | emulated | static (set by the runner)\n'
+            f'variant = "{variant}"\n' + params)
+    return HEADER + head + BODY.format(study=study, call=call)
+
+
+def _wrap(text: str, width: int = 100) -> list[str]:
+    words, lines, line = text.split(), [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > width - 2:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return lines + ([line] if line else [])
+
+
+def parse(text: str) -> dict[str, str]:
+    """``title``, ``sentence`` and ``variant`` of a step notebook written by :func:`render`."""
+    title = re.search(r"^# # (.+)$", text, re.M)
+    variant = re.search(r'^variant = "([^"]+)"$', text, re.M)
+    block = re.search(r"^# # .+\n#\n((?:# .*\n)+)", text, re.M)
+    if not (title and variant and block):
+        raise ValueError("not a step notebook (no title, sentence or variant line)")
+    sentence = " ".join(line[2:] for line in block.group(1).splitlines())
+    return {"title": title.group(1), "sentence": sentence, "variant": variant.group(1)}
+
+
+def new_step(study, variant: str, title: str, sentence: str, force: bool = False) -> Path:
+    """Write the step notebook of ``variant`` (a ladder rung of ``study``) from the template."""
+    from .. import results
+
+    path = paths.REPO_ROOT / "notebooks" / study.name / f"{study.step_slug(variant)}.py"
+    if path.exists() and not force:
+        raise ValueError(f"{path.relative_to(paths.REPO_ROOT)} exists (use --force to rewrite it)")
+    results.atomic_write_text(path, render(study.name, variant, title, sentence))
+    return path

@@ -1,0 +1,256 @@
+"""The notebooks and their runner, cheaply: every notebook's imports, names and parameters resolve
+(without executing it); step notebooks are their template; the Makefile reruns a notebook only when its
+own inputs change, runs -j2 with the summary last, refuses a second concurrent run; an interrupted run
+kills its kernel and publishes nothing. One small step notebook is executed in a slow test."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mxfp4_ablation import notebooks, paths, variants
+from mxfp4_ablation.studies import engine, stubs
+
+NOTEBOOKS = notebooks.notebook_sources()
+STEP_NOTEBOOKS = [nb for nb in NOTEBOOKS if nb.parent.name in stubs.PARAMETERS]
+#: Names a notebook's code may use on these objects: the engine's report classes.
+REPORTS = {"step": engine.StepReport, "report": engine.SummaryReport, "moe_report": engine.SummaryReport}
+
+
+def _code(nb: Path) -> ast.Module:
+    return ast.parse(nb.read_text(), str(nb))
+
+
+def _parameters(nb: Path) -> dict:
+    """The names the notebook's ``parameters`` cell assigns (papermill overrides those)."""
+    text = nb.read_text()
+    cell = text.split('# %% tags=["parameters"]', 1)[1].split("# %%", 1)[0]
+    return {t.id for node in ast.parse(cell).body if isinstance(node, ast.Assign) for t in node.targets
+            if isinstance(t, ast.Name)}
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: str(p.relative_to(paths.REPO_ROOT)))
+def test_every_notebook_resolves_without_running(nb):
+    tree = _code(nb)
+    params = _parameters(nb)
+    assert {"out_dir", "mode"} <= params, "the runner passes out_dir and mode"
+    modules = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mxfp4_ablation":
+            mod = importlib.import_module(node.module)
+            for alias in node.names:
+                obj = getattr(mod, alias.name, None)
+                if obj is None:
+                    obj = importlib.import_module(f"{node.module}.{alias.name}")
+                modules[alias.asname or alias.name] = obj
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "mxfp4_ablation":
+                    importlib.import_module(alias.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            owner = modules.get(node.value.id) or REPORTS.get(node.value.id)
+            if owner is not None:
+                fields = {f.name for f in dataclasses.fields(owner)} if dataclasses.is_dataclass(owner) else set()
+                assert hasattr(owner, node.attr) or node.attr in fields, f"{node.value.id}.{node.attr} does not exist"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name) and node.func.value.id in modules:
+            func = getattr(modules[node.func.value.id], node.func.attr)
+            if callable(func) and not inspect.isclass(func):
+                try:
+                    sig = inspect.signature(func)
+                except (TypeError, ValueError):
+                    continue
+                sig.bind(*[None] * len(node.args), **{k.arg: None for k in node.keywords if k.arg})
+
+
+@pytest.mark.parametrize("nb", STEP_NOTEBOOKS, ids=lambda p: str(p.relative_to(paths.REPO_ROOT)))
+def test_step_notebooks_are_their_template_with_title_variant_and_sentence(nb):
+    parts = stubs.parse(nb.read_text())
+    assert nb.read_text() == stubs.render(nb.parent.name, parts["variant"], parts["title"], parts["sentence"])
+    assert parts["variant"] in variants.all_variants()
+
+
+def test_adding_a_step_writes_its_notebook_from_the_template(tmp_path, monkeypatch):
+    from mxfp4_ablation.studies import gemm
+
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    path = stubs.new_step(gemm.STUDY, "gemm-v3", "GEMM ladder step 3 · `g2s_m0`", "One sentence on what it does.")
+    assert path == tmp_path / "notebooks" / "gemm" / "03_g2s_m0.py"
+    assert stubs.parse(path.read_text()) == {"title": "GEMM ladder step 3 · `g2s_m0`",
+                                             "sentence": "One sentence on what it does.", "variant": "gemm-v3"}
+    with pytest.raises(ValueError, match="exists"):
+        stubs.new_step(gemm.STUDY, "gemm-v3", "t", "s")
+
+
+# --------------------------------------------------------------------------------------------- dependencies
+
+
+def _deps(rel: str) -> set[str]:
+    return {p.relative_to(paths.REPO_ROOT).as_posix() for p in notebooks.notebook_dependencies(paths.REPO_ROOT / rel)}
+
+
+def test_a_notebook_depends_on_its_family_and_shared_code_only():
+    gemm, moe = _deps("notebooks/gemm/01_agpr_acc.py"), _deps("notebooks/moe/11_gemm1_int64_abi.py")
+    harness, summary = _deps("notebooks/harness_validation.py"), _deps("notebooks/summary.py")
+    kernels = {f"src/{m.replace('.', '/')}.py" for m in variants.KERNEL_MODULES.values()}
+    assert "src/mxfp4_ablation/kernels/gemm.py" in gemm and not {k for k in kernels if "moe" in k} & gemm
+    assert {k for k in kernels if "moe" in k} <= moe and "src/mxfp4_ablation/kernels/gemm.py" not in moe
+    assert kernels <= summary
+    for shared in ("src/mxfp4_ablation/studies/engine.py", "src/mxfp4_ablation/runner.py",
+                   "src/mxfp4_ablation/isa.py"):
+        assert shared in gemm and shared in moe
+    assert not {p for p in harness if "/kernels/" in p or "gfx950emu" in p}
+    assert "experiments/harness-validation/README.md" in harness
+    assert "experiments/reference/gemm_published.csv" in gemm
+    # Every family's kernel module is its study notebooks' input, from shapes.toml's groups.
+    named = set().union(*(notebooks.family_modules(str(nb.relative_to(paths.REPO_ROOT))) for nb in STEP_NOTEBOOKS))
+    assert set(variants.KERNEL_MODULES.values()) <= named
+    rules = notebooks.make_rules("S").splitlines()[1:]
+    assert len(rules) == len(NOTEBOOKS) and all(r.startswith("S/") for r in rules)
+
+
+# --------------------------------------------------------------------------------------------- Makefile
+
+FAKE_RUN = """#!/bin/sh
+echo "start $1" >> "$LOG"; sleep "${FAKE_SLEEP:-0.1}"; echo "end $1" >> "$LOG"
+"""
+
+
+@pytest.fixture
+def fake_make(tmp_path):
+    if shutil.which("make") is None or shutil.which("flock") is None:
+        pytest.skip("needs make and flock")
+    run = tmp_path / "run.sh"
+    run.write_text(FAKE_RUN)
+    run.chmod(0o755)
+    setup = tmp_path / "setup-done"
+    setup.touch()
+    log = tmp_path / "log"
+
+    def make(*args, env=None, background=False):
+        cmd = ["make", "--no-print-directory", *args, f"SETUP_STAMP={setup}", f"STAMP_DIR={tmp_path}/stamps",
+               f"RUN_NOTEBOOK={run}", f"PYTHON={sys.executable}"]
+        e = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+        e.update(LOG=str(log), **(env or {}))
+        if background:
+            return subprocess.Popen(cmd, cwd=paths.REPO_ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+        return subprocess.run(cmd, cwd=paths.REPO_ROOT, env=e, capture_output=True, text=True, timeout=300)
+
+    return make, log, tmp_path
+
+
+def test_make_j2_reproduce_runs_the_summary_last_and_then_nothing(fake_make):
+    make, log, _ = fake_make
+    proc = make("-j2", "reproduce")
+    assert proc.returncode == 0, proc.stderr
+    lines = log.read_text().splitlines()
+    starts = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("start")]
+    assert sorted(starts) == sorted(str(p.relative_to(paths.REPO_ROOT)) for p in NOTEBOOKS)
+    assert lines[-2:] == ["start notebooks/summary.py", "end notebooks/summary.py"]
+    assert any(a.startswith("start") and b.startswith("start") for a, b in zip(lines, lines[1:])), "ran 2 at once"
+    log.write_text("")
+    assert make("reproduce").returncode == 0 and log.read_text() == ""  # up to date: nothing reruns
+
+
+def test_a_second_make_reproduce_is_refused_with_a_clear_message(fake_make):
+    make, log, tmp = fake_make
+    first = make("reproduce", env={"FAKE_SLEEP": "3"}, background=True)
+    try:
+        for _ in range(100):
+            if log.is_file() and log.read_text():
+                break
+            time.sleep(0.1)
+        second = make("reproduce")
+        assert second.returncode != 0
+        assert "another 'make reproduce' is running" in second.stderr
+    finally:
+        first.kill()
+        first.wait()
+
+
+# --------------------------------------------------------------------------------------------- the runner
+
+SLEEPY = """# %% tags=["parameters"]
+out_dir = None
+mode = None
+pid_file = None
+# %%
+import os, time
+open(pid_file, "w").write(str(os.getpid()))
+time.sleep(120)
+open(os.path.join(out_dir, "late.txt"), "w").write("never")
+"""
+
+RUN_SLEEPY = """
+import sys
+from mxfp4_ablation import notebooks
+notebooks.run_name = lambda source: "sleepy"
+sys.exit(notebooks.main(["run", sys.argv[1], "-p", "pid_file", sys.argv[2]]))
+"""
+
+
+def test_ctrl_c_kills_the_kernel_within_seconds_and_publishes_nothing(tmp_path):
+    nb, pid_file = tmp_path / "sleepy.py", tmp_path / "kernel.pid"
+    nb.write_text(SLEEPY)
+    env = {**os.environ, "MXFP4_EXPERIMENTS": str(tmp_path / "exp"), "MODE": "static",
+           "PYTHONPATH": os.pathsep.join([str(paths.REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", RUN_SLEEPY, str(nb), str(pid_file)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if pid_file.is_file() and pid_file.read_text():
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"the runner exited early: {proc.communicate()}")
+            time.sleep(0.1)
+        kernel = int(pid_file.read_text())
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=10)
+        assert time.monotonic() - start < 5 and rc == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(0.5)
+    alive = Path(f"/proc/{kernel}").exists() and "zombie" not in Path(f"/proc/{kernel}/status").read_text().lower()
+    assert not alive, "the kernel outlived the interrupted run"
+    assert not (tmp_path / "exp").exists() or not list((tmp_path / "exp").iterdir())  # no run, .partial, .failed
+
+
+def test_one_run_of_a_notebook_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path))
+    nb = tmp_path / "x.py"
+    nb.write_text("# %%\n1\n")
+    monkeypatch.setattr(notebooks, "run_name", lambda source: "x")
+    with notebooks._lock(nb, "x"):
+        with pytest.raises(notebooks.NotebookError, match=r"x is already running \(another process holds"):
+            notebooks.run(nb)
+
+
+@pytest.mark.slow
+def test_one_small_step_notebook_executes(tmp_path, monkeypatch):
+    """The GEMM baseline step in static mode (one compile at 8192^3; cached after the first run)."""
+    from mxfp4_ablation import results
+
+    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path / "experiments"))
+    monkeypatch.setenv("MXFP4_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("MODE", "static")
+    run = notebooks.run(paths.REPO_ROOT / "notebooks" / "gemm" / "00_baseline.py")
+    assert run.name.endswith("-gemm--00_baseline") and (run / "00_baseline.ipynb").is_file()
+    speed, prov = results.read_table(run / "speed.parquet")
+    assert set(speed["kind"]) >= {"measured", "published"} and prov["mode"] == "static"
+    assert not speed.loc[speed["kind"] == "measured", "available"].any()
+    assert (tmp_path / "figures" / "gemm" / "00_baseline_speed.svg").is_file()
