@@ -98,12 +98,14 @@ def const_bits(op, width=32, ftype="b32") -> int:
 class Ctx:
     """Per-kernel decode context (AGPR base of the unified file, labels, line)."""
 
-    def __init__(self, acc_offset: int, labels: dict, nvgpr: int = 512):
+    def __init__(self, acc_offset: int, labels: dict, nvgpr: int = 512, ieee: bool = True):
         self.acc = acc_offset
         self.labels = labels
         self.nvgpr = nvgpr
         self.line = 0
         self.text = ""
+        self.ieee = ieee        # MODE.IEEE from .amdhsa_ieee_mode (1, the compute default)
+        self.ftz32 = False      # f32 denormals flushed (MODE.FP_DENORM[5:4] == 0) at this instruction
 
     def err(self, msg):
         return DecodeError(f"line {self.line}: {msg} in {self.text!r}")
@@ -678,6 +680,55 @@ def _ldexp(a, b):
     return _f32out(np.ldexp(_f(a).astype(np.float64), np.clip(e, -400, 400)).astype(np.float32))
 
 
+def _ftz(x):
+    """Flush f32 denormals (raw bits) to a zero of the same sign."""
+    x = np.asarray(x, dtype=U32)
+    return np.where((x & U32(0x7F800000)) == 0, x & U32(0x80000000), x)
+
+
+def _ftz_getter(g):
+    return lambda w: _ftz(g(w))
+
+
+def _fmax_bits(a, b):
+    """V_MAX_F32 on raw bits: IEEE maxNum (a NaN operand loses) with -0 < +0, so max(+0, -0) is
+    +0 in either operand order (issue #12 fix 5, the audit's hardware rule; it is the
+    IEEE-754-2019 maximumNumber/minimumNumber zero ordering, which LLVM relies on when it
+    selects v_max_f32/v_min_f32 for llvm.maximumnum/minimumnum in IEEE mode).  numpy's fmax
+    returns its first argument on equal zeros, hence the fix-up: equal zeros combine their
+    sign bits with AND (max) / OR (min).  The fix-up runs only when a result is a zero."""
+    r = _f32out(np.fmax(_f(a), _f(b)))
+    if np.any(r & U32(0x7FFFFFFF) == 0):
+        z = ((a | b) & U32(0x7FFFFFFF)) == 0
+        r = np.where(z, a & b, r)
+    return r
+
+
+def _fmaximum_bits(a, b):
+    """IEEE maximum (NaN-propagating, -0 < +0) on raw f32 bits; NaN results are quieted."""
+    r = _f32out(np.maximum(_f(a), _f(b)))
+    r = np.where((r & U32(0x7F800000)) == U32(0x7F800000), np.where(r & U32(0x7FFFFF), r | U32(0x400000), r), r)
+    z = ((a | b) & U32(0x7FFFFFFF)) == 0
+    return np.where(z, a & b, r)
+
+
+def _fminimum_bits(a, b):
+    """IEEE minimum (NaN-propagating, -0 < +0) on raw f32 bits; NaN results are quieted."""
+    r = _f32out(np.minimum(_f(a), _f(b)))
+    r = np.where((r & U32(0x7F800000)) == U32(0x7F800000), np.where(r & U32(0x7FFFFF), r | U32(0x400000), r), r)
+    z = ((a | b) & U32(0x7FFFFFFF)) == 0
+    return np.where(z, a | b, r)
+
+
+def _fmin_bits(a, b):
+    """V_MIN_F32 on raw bits: IEEE minNum with -0 < +0 (see _fmax_bits)."""
+    r = _f32out(np.fmin(_f(a), _f(b)))
+    if np.any(r & U32(0x7FFFFFFF) == 0):
+        z = ((a | b) & U32(0x7FFFFFFF)) == 0
+        r = np.where(z, a | b, r)
+    return r
+
+
 def _med3(a, b, c):
     return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
@@ -755,16 +806,24 @@ VALU32 = {
     "v_sub_f32": (2, "f32", lambda a, b: _f32out(_f(a) - _f(b))),
     "v_subrev_f32": (2, "f32", lambda a, b: _f32out(_f(b) - _f(a))),
     "v_mul_f32": (2, "f32", lambda a, b: _f32out(_f(a) * _f(b))),
-    "v_max_f32": (2, "f32", lambda a, b: _f32out(np.fmax(_f(a), _f(b)))),
-    "v_min_f32": (2, "f32", lambda a, b: _f32out(np.fmin(_f(a), _f(b)))),
-    "v_max3_f32": (3, "f32", lambda a, b, c: _f32out(np.fmax(np.fmax(_f(a), _f(b)), _f(c)))),
-    "v_min3_f32": (3, "f32", lambda a, b, c: _f32out(np.fmin(np.fmin(_f(a), _f(b)), _f(c)))),
-    "v_med3_f32": (3, "f32", lambda a, b, c: _f32out(_med3(_f(a), _f(b), _f(c)))),
+    "v_max_f32": (2, "f32", lambda a, b: _fmax_bits(a, b)),
+    "v_min_f32": (2, "f32", lambda a, b: _fmin_bits(a, b)),
+    "v_max3_f32": (3, "f32", lambda a, b, c: _fmax_bits(_fmax_bits(a, b), c)),
+    "v_min3_f32": (3, "f32", lambda a, b, c: _fmin_bits(_fmin_bits(a, b), c)),
+    "v_med3_f32": (3, "f32", lambda a, b, c: _fmax_bits(_fmin_bits(a, b), _fmin_bits(_fmax_bits(a, b), c))),
+    # gfx950 V_MAXIMUM3_F32 / V_MINIMUM3_F32: IEEE-754-2019 maximum/minimum (a NaN operand gives
+    # a quiet NaN, -0 < +0) of three values ([LLVM] gfx950 VOP3 v_maximum3_f32, selected for
+    # llvm.maximum.f32 / fmaximum3; emitted by aiter's MoE kernels for abs-max reductions)
+    "v_maximum3_f32": (3, "f32", lambda a, b, c: _fmaximum_bits(_fmaximum_bits(a, b), c)),
+    "v_minimum3_f32": (3, "f32", lambda a, b, c: _fminimum_bits(_fminimum_bits(a, b), c)),
     "v_fma_f32": (3, "f32", _fma_f32),
     "v_mad_f32": (3, "f32", lambda a, b, c: _f32out(_f(a) * _f(b) + _f(c))),
     "v_exp_f32": (1, "f32", lambda a: _f32out(np.exp2(_f(a)))),
     "v_log_f32": (1, "f32", lambda a: _f32out(np.log2(_f(a)))),
     "v_rcp_f32": (1, "f32", lambda a: _f32out(np.float32(1.0) / _f(a))),
+    # [ISA] V_RCP_IFLAG_F32: D = 1/S0 like V_RCP_F32; only the integer-divide exception flag
+    # it raises differs (exceptions are not modelled)
+    "v_rcp_iflag_f32": (1, "f32", lambda a: _f32out(np.float32(1.0) / _f(a))),
     "v_rsq_f32": (1, "f32", lambda a: _f32out(np.float32(1.0) / np.sqrt(_f(a)))),
     "v_sqrt_f32": (1, "f32", lambda a: _f32out(np.sqrt(_f(a)))),
     "v_floor_f32": (1, "f32", lambda a: _f32out(np.floor(_f(a)))),
@@ -805,12 +864,24 @@ def _ffbl(a):
 
 
 def _apply_omod_clamp(mods, ctx, is_float):
-    """Post-processing for VOP3 clamp and output modifiers (mul:2/4, div:2) on f32 results."""
+    """Post-processing for VOP3 clamp and output modifiers (mul:2/4, div:2) on f32 results.
+
+    omod is ignored by the hardware when MODE.IEEE is set (issue #12 fix 6; LLVM
+    SIFoldOperands: "omod is ignored by hardware if IEEE bit is enabled", which is why
+    LLVM never folds omod in IEEE-mode functions).  IEEE mode is the compute default
+    (.amdhsa_ieee_mode 1); only a kernel with .amdhsa_ieee_mode 0 gets omod applied.
+    """
     omod = 1.0
     if "mul" in mods:
+        if int(mods["mul"]) not in (1, 2, 4):
+            raise ctx.err(f"output modifier mul:{mods['mul']} does not exist")
         omod = float(mods["mul"])
     if "div" in mods:
+        if int(mods["div"]) not in (1, 2):
+            raise ctx.err(f"output modifier div:{mods['div']} does not exist")
         omod = 1.0 / float(mods["div"])
+    if getattr(ctx, "ieee", True):
+        omod = 1.0
     clamp = bool(mods.get("clamp"))
     if not (clamp or omod != 1.0):
         return None
@@ -830,6 +901,15 @@ def _apply_omod_clamp(mods, ctx, is_float):
 
 _VALU_OK_MODS = {"clamp", "mul", "div"}
 
+# VOP3 / SDWA ``clamp`` on the unsigned add/sub ops saturates in the unsigned integer domain
+# (LLVM lowers llvm.usub.sat / llvm.uadd.sat to these ops with clamp on gfx9, e.g.
+# llvm/test/CodeGen/AMDGPU/usubsat.ll GFX9: "v_sub_u16_e64 v0, v0, v1 clamp").
+_INT_CLAMP = {
+    "v_add_u32": lambda a, b: np.minimum(np.asarray(a, U64) + np.asarray(b, U64), U64(M32)).astype(U32),
+    "v_sub_u32": lambda a, b: np.where(np.asarray(a, U32) >= b, np.asarray(a, U32) - b, U32(0)).astype(U32),
+    "v_subrev_u32": lambda a, b: np.where(np.asarray(b, U32) >= a, np.asarray(b, U32) - a, U32(0)).astype(U32),
+}
+
 
 def _base_name(op):
     for sfx in ("_e32", "_e64"):
@@ -841,6 +921,11 @@ def _base_name(op):
 def build_valu32(ins, ctx, d, name, dpp=None, sdwa=None):
     n, ftype, fn = VALU32[name]
     o = ins.operands
+    if ins.mods.get("clamp") and ftype == "b32":
+        if name not in _INT_CLAMP:
+            raise ctx.err(f"clamp (integer saturation) on {name} is not implemented")
+        fn = _INT_CLAMP[name]
+        ins = type(ins)(ins.line, ins.text, ins.opcode, ins.operands, {k: v for k, v in ins.mods.items() if k != "clamp"})
     if len(o) != n + 1:
         raise ctx.err(f"{name} takes {n + 1} operands, got {len(o)}")
     getters = []
@@ -852,6 +937,15 @@ def build_valu32(ins, ctx, d, name, dpp=None, sdwa=None):
     if dpp is not None:
         getters[0] = dpp.wrap_src0(getters[0])
     post = _apply_omod_clamp(ins.mods, ctx, ftype == "f32")
+    if ctx.ftz32 and ftype == "f32":
+        # MODE.FP_DENORM f32 = 0 ([ISA] "flush input and output denormals"): f32 denormal
+        # sources read as signed zeros, denormal results are written as signed zeros
+        getters = [g if (name in _INT_SRC1 and k == 1) else _ftz_getter(g) for k, g in enumerate(getters)]
+        if name.startswith("v_cvt_") and not name.startswith(("v_cvt_f32_", "v_cvt_rpi", "v_cvt_flr")):
+            pass                                   # f32 -> integer: only the input flush matters
+        else:
+            inner = post
+            post = (lambda x: _ftz(x)) if inner is None else (lambda x: _ftz(inner(x)))
     i, _ = vwriter(ctx, o[0])
     for m in ins.mods:
         if m not in _VALU_OK_MODS and not (dpp and m in dpp.MODS) and not (sdwa and m in sdwa.MODS):
@@ -964,8 +1058,10 @@ class Sdwa:
                 raise ctx.err(f"SDWA select {mods[key]!r} not implemented")
         if ftype != "b32":
             raise ctx.err("SDWA on a float op is not implemented")
-        if mods.get("sext") or mods.get("clamp"):
-            raise ctx.err("SDWA sext/clamp not implemented")
+        if mods.get("sext"):
+            raise ctx.err("SDWA sext not implemented")
+        if mods.get("clamp") and mods.get("dst_sel", "DWORD") != "DWORD":
+            raise ctx.err("SDWA clamp with a sub-dword dst_sel is not implemented")
         self.src_sel = [self.SEL[mods.get("src0_sel", "DWORD")], self.SEL[mods.get("src1_sel", "DWORD")]]
         self.dst_sel = self.SEL[mods.get("dst_sel", "DWORD")]
         self.dst_unused = mods.get("dst_unused", "UNUSED_PAD")
@@ -1037,6 +1133,8 @@ def build_vopc(ins, ctx, d, name):
         cmp = _CMP[cond]
         if typ in ("u32", "i32", "f32"):
             g0, g1 = vsrc(o[1], ctx, typ if typ == "f32" else "b32"), vsrc(o[2], ctx, typ if typ == "f32" else "b32")
+            if typ == "f32" and ctx.ftz32:          # flushed denormals compare as zeros
+                g0, g1 = _ftz_getter(g0), _ftz_getter(g1)
             conv = {"u32": lambda x: np.asarray(x, U32), "i32": _i, "f32": lambda x: _f(np.asarray(x, U32))}[typ]
         elif typ in ("u64", "i64"):
             g0, g1 = vsrc64(o[1], ctx), vsrc64(o[2], ctx)
@@ -1075,6 +1173,8 @@ def build_valu_special(ins, ctx, d, name, sfx):
     o = ins.operands
     m = ins.mods
     allowed = _SPECIAL_MODS.get(name, {"op_sel"} if fpformats.is_convert(name) else set())
+    if name in VALU16 or name in VALU_PK16 or name in ("v_pack_b32_f16", "v_bitop3_b16"):
+        allowed = set(m)              # _build_valu16 checks its own modifiers
     for k in m:
         if k not in allowed:
             raise ctx.err(f"unsupported modifier {k!r}")
@@ -1224,9 +1324,17 @@ def build_valu_special(ins, ctx, d, name, sfx):
         # [LLVM] gfx950 v_permlane16_swap_b32 vdst, vsrc: swap the odd 16-lane rows
         # of vdst with the even rows of vsrc; v_permlane32_swap: swap the upper 32
         # lanes of vdst with the lower 32 lanes of vsrc.  Both registers are written.
+        # Issue #12 fix 4, EXEC: each lane's write is governed by that lane's own EXEC bit and
+        # the value comes from its partner whatever the partner's EXEC (the issue-#12 audit's
+        # reading of the CDNA4 guide: the swap is defined over every lane pair and VGPR writes
+        # are EXEC-masked per lane; not checked on hardware here).  fi / bound_ctrl (fetch-
+        # inactive / bound-control bits of the _e64 form, the fi and bound_ctrl arguments of
+        # llvm.amdgcn.permlane16.swap; LLVM's MC tests reject them on _e32) are refused.
         i = ctx.vidx(o[0])
         j = ctx.vidx(o[1])
         for k in m:
+            if k in ("fi", "bound_ctrl") and not m[k] in (0, False):
+                raise ctx.err(f"modifier {k}:{m[k]} on {name} (fetch-inactive / bound control) is not modelled")
             if k not in ("fi", "bound_ctrl"):
                 raise ctx.err(f"unsupported modifier {k!r}")
         if name == "v_permlane16_swap_b32":
@@ -1236,11 +1344,15 @@ def build_valu_special(ins, ctx, d, name, sfx):
         b_l = a_l - (16 if name == "v_permlane16_swap_b32" else 32)       # matching even rows of vsrc
 
         def h(w):
-            ok = w.exec_mask[a_l] & w.exec_mask[b_l]
-            ai, bi = a_l[ok], b_l[ok]
-            tmp = w.v[i, ai].copy()
-            w.v[i, ai] = w.v[j, bi]
-            w.v[j, bi] = tmp
+            old_a = w.v[i, a_l]                     # fancy indexing copies
+            old_b = w.v[j, b_l]
+            if w.exec_full:
+                w.v[i, a_l] = old_b
+                w.v[j, b_l] = old_a
+            else:
+                ea, eb = w.exec_mask[a_l], w.exec_mask[b_l]
+                w.v[i, a_l[ea]] = old_b[ea]
+                w.v[j, b_l[eb]] = old_a[eb]
         return h
     if fpformats.is_convert(name):
         return _build_convert(ins, ctx, name)
@@ -1259,13 +1371,33 @@ def build_valu_special(ins, ctx, d, name, sfx):
         i, _ = vwriter(ctx, o[0])
         post = _apply_omod_clamp(m, ctx, True)
         fused = name == "v_fmac_f32"
+        if ctx.ftz32:
+            g0, g1 = _ftz_getter(g0), _ftz_getter(g1)
+            inner = post
+            post = (lambda x: _ftz(x)) if inner is None else (lambda x: _ftz(inner(x)))
+            acc_in = lambda w: _ftz(w.v[i])
+        else:
+            acc_in = lambda w: w.v[i]
 
         def h(w):
-            r = _fma_f32(g0(w), g1(w), w.v[i]) if fused else _f32out(_f(g0(w)) * _f(g1(w)) + _f(w.v[i]))
+            r = _fma_f32(g0(w), g1(w), acc_in(w)) if fused else _f32out(_f(g0(w)) * _f(g1(w)) + _f(acc_in(w)))
             write_v(w, i, post(r) if post else r)
         return h
     if name == "v_nop":
         return lambda w: None
+    if name == "v_swap_b32":
+        # [ISA] V_SWAP_B32: tmp = D; D = S0; S0 = tmp (both registers, EXEC-masked per lane)
+        i, j = ctx.vidx(o[0]), ctx.vidx(o[1])
+
+        def h(w):
+            a, b = w.v[i].copy(), w.v[j].copy()
+            write_v(w, i, b)
+            write_v(w, j, a)
+        return h
+    if name in VALU16 or name in VALU_PK16 or name in ("v_pack_b32_f16", "v_bitop3_b16"):
+        return _build_valu16(ins, ctx, name)
+    if name in ("v_div_scale_f32", "v_div_fmas_f32", "v_div_fixup_f32"):
+        return _build_div(ins, ctx, name)
     return None
 
 
@@ -1283,9 +1415,15 @@ def _build_convert(ins, ctx, name):
         if k != "op_sel":
             raise ctx.err(f"unsupported modifier {k!r} on {name}")
 
+    line = ins.line
+
     def h(w):
         srcs = [np.broadcast_to(np.asarray(g(w), U32), (64,)) for g in gs]
-        r = fpformats.convert(name, srcs, op_sel=op_sel, dst_old=w.v[i].copy())
+        try:
+            r = fpformats.convert(name, srcs, op_sel=op_sel, dst_old=w.v[i].copy(), active=w.exec_mask)
+        except ValueError as e:
+            from .memops import ExecError
+            raise ExecError(f"line {line}: {e}") from None
         r = np.asarray(r, dtype=U32)
         if nd == 1:
             write_v(w, i, r.reshape(64))
@@ -1321,10 +1459,14 @@ def _build_pk_f32(ins, ctx, name):
         else:
             raise ctx.err(f"unsupported operand {x.text!r}")
     i = ctx.vidx(o[0])
+    ftz = ctx.ftz32 and name != "v_pk_mov_b32"
+    out_f = _ftz if ftz else (lambda x: x)
 
     def pick(k, hi_result, w):
         sel = (op_sel_hi if hi_result else op_sel)[k]
         v = halves[k][1 if sel else 0](w)
+        if ftz:
+            v = _ftz(v)
         neg = (neg_hi if hi_result else neg_lo)[k]
         if neg:
             v = v ^ U32(0x80000000)
@@ -1344,6 +1486,258 @@ def _build_pk_f32(ins, ctx, name):
                 out.append(_f32out(_f(a[0]) + _f(a[1])))
             else:
                 out.append(_fma_f32(a[0], a[1], a[2]))
-        write_v(w, i, out[0])         # both halves computed before either is written
-        write_v(w, i + 1, out[1])
+        write_v(w, i, out_f(out[0]))         # both halves computed before either is written
+        write_v(w, i + 1, out_f(out[1]))
+    return h
+
+
+# ======================================================= 16-bit VALU =====
+# [ISA] CDNA3/CDNA4 VOP2/VOP3 16-bit opcodes: D.f16/u16/i16 = f(S0, S1[, S2]) on the low
+# halves; VOP3 op_sel[k] picks the high half of source k and op_sel[nsrc] writes the high
+# half of D (keeping the low half).  Without op_sel the high half of D is zeroed on gfx9
+# (LLVM GCNSubtarget::zeroesHigh16BitsOfDest: these ops "return getGeneration() <= GFX9";
+# v_fmac_f16 preserves instead and is not implemented).  f16 arithmetic is done in f32 and
+# rounded once to f16 (exact for add/sub/mul: 24 >= 2*11+2 bits), FMA in float64;
+# denormals kept (float_denorm_mode_16_64 = 3).  Packed (VOP3P) forms: the low result
+# takes source halves by op_sel, the high result by op_sel_hi (default all 1), neg_lo /
+# neg_hi negate f16 inputs; an inline constant feeds both halves (LLVM treats packed
+# inline constants as splats).
+def _h2f(x):
+    return (np.asarray(x, U32) & U32(0xFFFF)).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def _f2h(x):
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(x).astype(np.float16).view(np.uint16).astype(U32)
+
+
+def _h_minmax(a, b, is_max):
+    fa, fb = _h2f(a), _h2f(b)
+    r = np.fmax(fa, fb) if is_max else np.fmin(fa, fb)
+    rb = _f2h(r)
+    z = ((np.asarray(a, U32) | np.asarray(b, U32)) & U32(0x7FFF)) == 0      # -0 < +0 (fix 5)
+    return np.where(z, (a & b) if is_max else (a | b), rb) & U32(0xFFFF)
+
+
+def _s16(x):
+    return (np.asarray(x, U32) & U32(0xFFFF)).astype(np.uint16).view(np.int16).astype(np.int32)
+
+
+_F16 = {
+    "add": (2, lambda a, b: _f2h(_h2f(a) + _h2f(b))),
+    "sub": (2, lambda a, b: _f2h(_h2f(a) - _h2f(b))),
+    "subrev": (2, lambda a, b: _f2h(_h2f(b) - _h2f(a))),
+    "mul": (2, lambda a, b: _f2h(_h2f(a) * _h2f(b))),
+    "max": (2, lambda a, b: _h_minmax(a, b, True)),
+    "min": (2, lambda a, b: _h_minmax(a, b, False)),
+    "fma": (3, lambda a, b, c: _f2h(_h2f(a).astype(np.float64) * _h2f(b) + _h2f(c))),
+}
+_I16 = {
+    "add_u16": (2, lambda a, b: a + b), "sub_u16": (2, lambda a, b: a - b),
+    "subrev_u16": (2, lambda a, b: b - a), "mul_lo_u16": (2, lambda a, b: a * b),
+    "lshlrev_b16": (2, lambda a, b: b << (a & U32(15))),
+    "lshrrev_b16": (2, lambda a, b: (b & U32(0xFFFF)) >> (a & U32(15))),
+    "ashrrev_i16": (2, lambda a, b: (_s16(b) >> (a & U32(15)).astype(np.int32)).astype(U32)),
+    "max_u16": (2, lambda a, b: np.maximum(a & U32(0xFFFF), b & U32(0xFFFF))),
+    "min_u16": (2, lambda a, b: np.minimum(a & U32(0xFFFF), b & U32(0xFFFF))),
+    "max_i16": (2, lambda a, b: np.maximum(_s16(a), _s16(b)).astype(U32)),
+    "min_i16": (2, lambda a, b: np.minimum(_s16(a), _s16(b)).astype(U32)),
+    "mad_u16": (3, lambda a, b, c: (a & U32(0xFFFF)) * (b & U32(0xFFFF)) + c),
+}
+VALU16 = {f"v_{k}_f16": (n, "f16", f) for k, (n, f) in _F16.items()}
+VALU16.update({f"v_{k}": (n, "u16", f) for k, (n, f) in _I16.items()})
+VALU_PK16 = {f"v_pk_{k}_f16": (n, "f16", f) for k, (n, f) in _F16.items() if k not in ("sub", "subrev")}
+VALU_PK16.update({f"v_pk_{k}": (n, "u16", f) for k, (n, f) in _I16.items()
+                  if k in ("add_u16", "sub_u16", "mul_lo_u16", "lshlrev_b16", "lshrrev_b16", "ashrrev_i16",
+                           "max_u16", "min_u16", "max_i16", "min_i16")})
+
+
+def _half_getter(op, ctx, ftype):
+    """Getter of a source's raw 32 bits for a 16-bit op (neg/abs applied per half later)."""
+    import dataclasses
+    plain = dataclasses.replace(op, neg=False, abs=False) if (op.neg or op.abs) else op
+    g = vsrc(plain, ctx, "f16" if ftype == "f16" else "b16")
+    if op.kind in ("imm", "fimm"):
+        c = int(g(None)) & 0xFFFF
+        c2 = U32(c | (c << 16))                # splat for the packed forms
+        return (lambda w: c2), op.neg, op.abs
+    return g, op.neg, op.abs
+
+
+def _build_valu16(ins, ctx, name):
+    o = ins.operands
+    m = ins.mods
+    if name == "v_pack_b32_f16":
+        allowed, nsrc, kind, fn, packed = {"op_sel"}, 2, "b16", None, False
+    elif name == "v_bitop3_b16":
+        allowed, nsrc, kind, packed = {"bitop3", "op_sel"}, 3, "b16", False
+        fn = _bitop3(int(m.get("bitop3", 0)))
+    elif name in VALU16:
+        nsrc, kind, fn = VALU16[name]
+        allowed, packed = {"op_sel", "clamp"}, False
+    else:
+        nsrc, kind, fn = VALU_PK16[name]
+        allowed, packed = {"op_sel", "op_sel_hi", "neg_lo", "neg_hi"}, True
+    for k in m:
+        if k not in allowed:
+            raise ctx.err(f"unsupported modifier {k!r} on {name}")
+    if m.get("clamp"):
+        # f16: clamp to [0, 1] (NaN -> 0, as the f32 ops); u16 add/sub: unsigned saturation
+        if kind == "f16" and not packed and name in VALU16:
+            base = fn
+
+            def fn(*a, base=base):
+                f = _h2f(base(*a))
+                return _f2h(np.where(np.isnan(f), np.float32(0), np.clip(f, np.float32(0), np.float32(1))))
+        elif name in ("v_add_u16", "v_sub_u16", "v_subrev_u16"):
+            sat = {"v_add_u16": lambda a, b: np.minimum((a & U32(0xFFFF)) + (b & U32(0xFFFF)), U32(0xFFFF)),
+                   "v_sub_u16": lambda a, b: np.where((a & U32(0xFFFF)) >= (b & U32(0xFFFF)), (a - b) & U32(0xFFFF), U32(0)),
+                   "v_subrev_u16": lambda a, b: np.where((b & U32(0xFFFF)) >= (a & U32(0xFFFF)), (b - a) & U32(0xFFFF), U32(0))}
+            fn = sat[name]
+        else:
+            raise ctx.err(f"clamp on {name} is not implemented")
+    if len(o) != nsrc + 1:
+        raise ctx.err(f"{name} takes {nsrc + 1} operands, got {len(o)}")
+    srcs = [_half_getter(x, ctx, kind) for x in o[1:]]
+    if (not packed) and kind != "f16" and any(n_ or a_ for _, n_, a_ in srcs):
+        raise ctx.err(f"neg/abs on an integer 16-bit op {name}")
+    i = ctx.vidx(o[0])
+    sel = tuple(m.get("op_sel", ())) + (0,) * 4
+    if packed:
+        if any(n_ or a_ for _, n_, a_ in srcs):
+            raise ctx.err(f"{name}: write negation as neg_lo/neg_hi (VOP3P has no -x / |x| source modifiers)")
+        sel_hi = tuple(m.get("op_sel_hi", (1,) * nsrc)) + (1,) * 4
+        nlo = tuple(m.get("neg_lo", ())) + (0,) * 4
+        nhi = tuple(m.get("neg_hi", ())) + (0,) * 4
+        if kind != "f16" and (any(nlo) or any(nhi)):
+            raise ctx.err(f"neg_lo/neg_hi on an integer packed op {name}")
+
+        def half(k, hi, w):
+            x = np.asarray(srcs[k][0](w), U32)
+            x = (x >> U32(16)) if (sel_hi if hi else sel)[k] else x
+            x = x & U32(0xFFFF)
+            return x ^ U32(0x8000) if (nhi if hi else nlo)[k] else x
+
+        def h(w):
+            lo = np.asarray(fn(*[half(k, 0, w) for k in range(nsrc)]), U32) & U32(0xFFFF)
+            hi = np.asarray(fn(*[half(k, 1, w) for k in range(nsrc)]), U32) & U32(0xFFFF)
+            write_v(w, i, lo | (hi << U32(16)))
+        return h
+
+    def src(k, w):
+        g, neg, ab = srcs[k]
+        x = np.asarray(g(w), U32)
+        x = ((x >> U32(16)) if sel[k] else x) & U32(0xFFFF)
+        if ab:
+            x = x & U32(0x7FFF)
+        if neg:
+            x = x ^ U32(0x8000)
+        return x
+
+    if name == "v_pack_b32_f16":
+        # [ISA] V_PACK_B32_F16: D[15:0] = S0.f16, D[31:16] = S1.f16 (op_sel picks source halves)
+        return lambda w: write_v(w, i, src(0, w) | (src(1, w) << U32(16)))
+    dst_hi = bool(sel[nsrc])
+
+    def h(w):
+        r = np.asarray(fn(*[src(k, w) for k in range(nsrc)]), U32) & U32(0xFFFF)
+        if dst_hi:
+            r = (w.v[i] & U32(0xFFFF)) | (r << U32(16))
+        write_v(w, i, r)
+    return h
+
+
+# ======================================================= f32 division =====
+def _exp32(x):
+    return ((np.asarray(x, U32) >> U32(23)) & U32(0xFF)).astype(np.int32)
+
+
+def _build_div(ins, ctx, name):
+    """V_DIV_SCALE_F32 / V_DIV_FMAS_F32 / V_DIV_FIXUP_F32, the three helpers of LLVM's f32
+    division expansion ([ISA] CDNA3/CDNA4 VOP3 pseudocode; S0 = value, S1 = denominator,
+    S2 = numerator).  V_DIV_FMAS_F32's scale factor follows the hardware correction that
+    tinygrad's CDNA/RDNA emulator applies to the guide's text ("2**32" in the PDF; hardware
+    scales by 2**64 when exponent(S2) > 127, else by 2**-64).  V_DIV_SCALE_F32's special
+    cases are the guide's; the zero/denormal corner cases tinygrad reports as differing on
+    hardware are not modelled beyond the guide (no kernel of ours divides by 0 or a denormal)."""
+    o = ins.operands
+    for k in ins.mods:
+        raise ctx.err(f"unsupported modifier {k!r} on {name}")
+    i, _ = vwriter(ctx, o[0])
+    # flush-to-zero mode: the guide notes inputs of these ops are not flushed but their
+    # outputs may be; modelled as: div_scale unflushed, div_fmas / div_fixup results flushed
+    ftz = ctx.ftz32
+    if name == "v_div_scale_f32":
+        if len(o) != 5:
+            raise ctx.err(f"{name} takes vdst, sdst, src0, src1, src2")
+        cwr = sdst(o[1], ctx, 64)
+        g0, g1, g2 = vsrc(o[2], ctx, "f32"), vsrc(o[3], ctx, "f32"), vsrc(o[4], ctx, "f32")
+
+        def h(w):
+            s0 = np.broadcast_to(np.asarray(g0(w), U32), (64,))
+            s1 = np.broadcast_to(np.asarray(g1(w), U32), (64,))
+            s2 = np.broadcast_to(np.asarray(g2(w), U32), (64,))
+            f0, f1, f2 = _f(s0).astype(np.float64), _f(s1).astype(np.float64), _f(s2).astype(np.float64)
+            e1, e2 = _exp32(s1), _exp32(s2)
+            tiny = 2.0 ** -126
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                inv_den = np.abs(1.0 / f1) < tiny
+                q_den = np.abs(f2 / f1) < tiny
+            d = f0.copy()
+            vcc = np.zeros(64, bool)
+            up = np.ldexp(f0, 64)
+            done = (f2 == 0) | (f1 == 0)
+            d = np.where(done, np.nan, d)
+            c = ~done & (e2 - e1 >= 96)
+            vcc |= c
+            d = np.where(c & (s0 == s1), up, d)
+            done |= c
+            c = ~done & (e1 == 0)                     # denominator denormal
+            d = np.where(c, up, d)
+            done |= c
+            c = ~done & inv_den & q_den
+            vcc |= c
+            d = np.where(c & (s0 == s1), up, d)
+            done |= c
+            c = ~done & inv_den
+            d = np.where(c, np.ldexp(f0, -64), d)
+            done |= c
+            c = ~done & q_den
+            vcc |= c
+            d = np.where(c & (s0 == s2), up, d)
+            done |= c
+            c = ~done & (e2 <= 23)                    # numerator tiny
+            d = np.where(c, up, d)
+            r = _f32out(d.astype(np.float32))
+            write_v(w, i, np.where(np.isnan(d) & (f2 == 0) | np.isnan(d) & (f1 == 0), U32(0x7FC00000), r))
+            cwr(w, mask_to_int(vcc & w.exec_mask))
+        return h
+    if len(o) != 4:
+        raise ctx.err(f"{name} takes 4 operands")
+    g0, g1, g2 = vsrc(o[1], ctx, "f32"), vsrc(o[2], ctx, "f32"), vsrc(o[3], ctx, "f32")
+    if name == "v_div_fmas_f32":
+        def h(w):
+            a, b, c = (np.broadcast_to(np.asarray(g(w), U32), (64,)) for g in (g0, g1, g2))
+            fma = _f(a).astype(np.float64) * _f(b).astype(np.float64) + _f(c).astype(np.float64)
+            vcc = int_to_mask(w.s[106] | (w.s[107] << 32))
+            scale = np.where(_exp32(c) > 127, 2.0 ** 64, 2.0 ** -64)
+            with np.errstate(over="ignore", invalid="ignore"):
+                r = np.where(vcc, fma.astype(np.float32).astype(np.float64) * scale, fma).astype(np.float32)
+            write_v(w, i, _ftz(_f32out(r)) if ftz else _f32out(r))
+        return h
+
+    def h(w):   # v_div_fixup_f32: S0 = quotient, S1 = denominator, S2 = numerator
+        q, den, num = (np.broadcast_to(np.asarray(g(w), U32), (64,)) for g in (g0, g1, g2))
+        fq, fd, fn_ = _f(q), _f(den), _f(num)
+        neg = ((den ^ num) >> U32(31)) == 1
+        sgn = np.where(neg, U32(0x80000000), U32(0))
+        r = np.where(np.isnan(fq), sgn | U32(0x7F800000), (q & U32(0x7FFFFFFF)) | sgn)
+        e_d, e_n = _exp32(den), _exp32(num)
+        r = np.where((e_n - e_d < -150) & np.isfinite(fd) & (fd != 0) & (fn_ != 0), sgn, r)   # underflow
+        r = np.where(np.isinf(fd) | (fn_ == 0), sgn, r)
+        r = np.where((fd == 0) | np.isinf(fn_), sgn | U32(0x7F800000), r)
+        r = np.where((np.isinf(fd) & np.isinf(fn_)) | ((fd == 0) & (fn_ == 0)), U32(0xFFC00000), r)
+        r = np.where(np.isnan(fd), den | U32(0x400000), r)
+        r = np.where(np.isnan(fn_), num | U32(0x400000), r)
+        write_v(w, i, _ftz(r) if ftz else r.astype(U32))
     return h

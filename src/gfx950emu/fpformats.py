@@ -289,6 +289,11 @@ CONVERT_OPS = {
     "v_cvt_scalef32_pk_bf8_bf16": 1,
     "v_cvt_scalef32_pk_f32_fp4": 2,
     "v_cvt_pk_bf16_f32": 1,
+    "v_cvt_scalef32_pk_f16_fp4": 1,
+    "v_cvt_scalef32_pk_bf16_fp4": 1,
+    "v_cvt_scalef32_pk_bf16_fp8": 1,
+    "v_cvt_pk_fp8_f32": 1,
+    "v_cvt_pk_f16_f32": 1,
 }
 
 _NSRC = {
@@ -300,6 +305,11 @@ _NSRC = {
     "v_cvt_scalef32_pk_bf8_bf16": 2,
     "v_cvt_scalef32_pk_f32_fp4": 2,
     "v_cvt_pk_bf16_f32": 2,
+    "v_cvt_scalef32_pk_f16_fp4": 2,
+    "v_cvt_scalef32_pk_bf16_fp4": 2,
+    "v_cvt_scalef32_pk_bf16_fp8": 2,
+    "v_cvt_pk_fp8_f32": 2,
+    "v_cvt_pk_f16_f32": 2,
 }
 
 # Ops that write only part of vdst and keep the rest (the old value is a tied input).
@@ -310,6 +320,7 @@ _PARTIAL_WRITE = {
     "v_cvt_scalef32_pk_fp8_bf16",
     "v_cvt_scalef32_pk_bf8_f32",
     "v_cvt_scalef32_pk_bf8_bf16",
+    "v_cvt_pk_fp8_f32",
 }
 
 
@@ -338,13 +349,14 @@ def _bit(op_sel, i: int) -> int:
     return int(op_sel[i]) & 1 if i < len(op_sel) else 0
 
 
-def convert(opcode: str, srcs, *, op_sel=(0, 0, 0, 0), dst_old=None) -> np.ndarray:
+def convert(opcode: str, srcs, *, op_sel=(0, 0, 0, 0), dst_old=None, active=None) -> np.ndarray:
     """Execute one scaled / packed convert op for all lanes.
 
     ``srcs`` are the source operands in assembly order, each uint32 ``[64]``
     (or any common lane count).  ``op_sel`` is the op_sel list as written in
     the assembly (missing entries count as 0).  ``dst_old`` is the old vdst
-    value, required by the ops that write only a byte or half of it.
+    value, required by the ops that write only a byte or half of it.  ``active`` (bool
+    lanes, optional) limits the refusals below to the lanes that are written.
     Returns uint32 ``[lanes]``, or ``[lanes, 2]`` for ``v_cvt_scalef32_pk_f32_fp4``.
 
     Operand and selector rules.  The intrinsics (IntrinsicsAMDGPU.td,
@@ -370,6 +382,24 @@ def convert(opcode: str, srcs, *, op_sel=(0, 0, 0, 0), dst_old=None) -> np.ndarr
       ``op_sel[0] + 2*op_sel[1]`` of s0; low nibble -> vdst[0], high -> vdst[1].
     * ``v_cvt_pk_bf16_f32 vdst, s0, s1``: bf16(s0) in bits 15:0, bf16(s1) in
       bits 31:16, round to nearest even.
+    * ``v_cvt_pk_f16_f32 vdst, s0, s1``: the same with IEEE f16 (round to nearest even,
+      overflow to inf).
+    * ``v_cvt_scalef32_pk_{f16,bf16}_fp4 vdst, s0, scale``: byte ``op_sel[0] + 2*op_sel[1]``
+      of s0 (the pk_f32_fp4 rule); low nibble * scale -> bits 15:0, high nibble -> 31:16
+      (fp4 * 2**e is exact in f16/bf16 within range; f16 overflows to inf).
+    * ``v_cvt_scalef32_pk_bf16_fp8 vdst, s0, scale``: 16-bit half ``op_sel[0]`` of s0
+      (word_sel; aiter's hk_mla_utils cvt_scalef32_pk_bf16_fp8: no op_sel reads the low
+      fp8 pair, op_sel:[1,0,0] the high pair); byte 0 * scale -> bits 15:0, byte 1 -> 31:16.
+    * ``v_cvt_pk_fp8_f32 vdst, s0, s1``: OCP e4m3 (gfx950's fp8) of s0 -> bits 7:0, s1 ->
+      15:8 of the half ``op_sel[2]`` (the dst bit after the two sources); other half kept.
+      Round to nearest even; an input that would round beyond 448 raises ValueError (the
+      unclamped op does not saturate: aiter clamps to +-448 before it and notes MODE bit 23
+      FP16_OVFL as the saturating alternative -- neither is modelled); ``clamp`` is refused
+      by the decoder.  Half selection: aiter's pack_4f32_to_fp8 writes the front half
+      without op_sel and the back half with op_sel:[0,0,1].
+    Sources: [ISA] CDNA4 VOP3 opcode table descriptions of these ops and LLVM
+    IntrinsicsAMDGPU.td (llvm.amdgcn.cvt.scalef32.pk.*, llvm.amdgcn.cvt.pk.fp8.f32 with
+    its word_sel operand).
     """
     op = _norm(opcode)
     if op not in CONVERT_OPS:
@@ -386,6 +416,43 @@ def convert(opcode: str, srcs, *, op_sel=(0, 0, 0, 0), dst_old=None) -> np.ndarr
         lo = bf16_bits_from_f32(s[0]).astype(np.uint32)
         hi = bf16_bits_from_f32(s[1]).astype(np.uint32)
         return (lo | (hi << 16)).astype(np.uint32)
+
+    if op == "v_cvt_pk_f16_f32":
+        with np.errstate(over="ignore"):
+            lo = f32_from_bits(s[0]).astype(np.float16).view(np.uint16).astype(np.uint32)
+            hi = f32_from_bits(s[1]).astype(np.float16).view(np.uint16).astype(np.uint32)
+        return (lo | (hi << 16)).astype(np.uint32)
+
+    if op in ("v_cvt_scalef32_pk_f16_fp4", "v_cvt_scalef32_pk_bf16_fp4", "v_cvt_scalef32_pk_bf16_fp8"):
+        scale = _scale_pow2(s[1])
+        if op.endswith("fp4"):
+            byte = _bit(op_sel, 0) + 2 * _bit(op_sel, 1)
+            pair = (s[0] >> (8 * byte)) & 0xFF
+            lo, hi = decode("fp4", pair & 0xF) * scale, decode("fp4", pair >> 4) * scale
+        else:
+            word = (s[0] >> (16 * _bit(op_sel, 0))) & 0xFFFF
+            lo, hi = decode("fp8", word & 0xFF) * scale, decode("fp8", word >> 8) * scale
+        with np.errstate(over="ignore"):
+            if "_f16_" in op:
+                bl = lo.astype(np.float16).view(np.uint16).astype(np.uint32)
+                bh = hi.astype(np.float16).view(np.uint16).astype(np.uint32)
+            else:
+                bl = bf16_bits_from_f32(bits_from_f32(lo)).astype(np.uint32)
+                bh = bf16_bits_from_f32(bits_from_f32(hi)).astype(np.uint32)
+        return (bl | (bh << 16)).astype(np.uint32)
+
+    if op == "v_cvt_pk_fp8_f32":
+        word = _bit(op_sel, 2)
+        x0 = f32_from_bits(s[0]).astype(np.float64)
+        x1 = f32_from_bits(s[1]).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            ovf = (np.abs(x0) >= 464.0) | (np.abs(x1) >= 464.0)   # would round past 448
+        if np.any(ovf if active is None else ovf & active):
+            raise ValueError(f"{op}: an input rounds beyond E4M3's 448; the unclamped overflow result "
+                             f"(NaN, or saturation under MODE.FP16_OVFL) is not modelled -- clamp first")
+        val = encode("fp8", x0).astype(np.uint32) | (encode("fp8", x1).astype(np.uint32) << 8)
+        mask = np.uint32(0xFFFF << (16 * word))
+        return ((old & ~mask) | (val << np.uint32(16 * word))).astype(np.uint32)
 
     if op == "v_cvt_scalef32_pk_f32_fp4":
         byte = _bit(op_sel, 0) + 2 * _bit(op_sel, 1)

@@ -109,6 +109,101 @@ def _build_sopp(ins, ctx, name, d):
     return None
 
 
+# ---- s_getreg / s_setreg / s_sendmsg / s_trap -----------------------------------------
+# [ISA] CDNA3/CDNA4 "Hardware registers" (HW_REG_MODE = hwreg id 1): MODE bits 3:0
+# FP_ROUND (0 = round to nearest even for f32 [1:0] and f16/f64 [3:2]), 7:4 FP_DENORM
+# (3 = keep denormals for f32 [5:4] and f16/f64 [7:6]), 8 DX10_CLAMP, 9 IEEE, 10+ exception
+# enables and debug controls (all 0 at launch).  The emulator's MODE is the launch value
+# built from the kernel descriptor; s_getreg reads it; s_setreg of a value equal to the
+# current field is a no-op; any change is refused with an ExecError naming the line (the
+# emulator does not model other rounding/denormal/IEEE/exception modes).  Other hardware
+# registers are refused at load.  Syntax: hwreg(HW_REG_MODE[, offset, size]) or the numeric
+# simm16 (id bits 5:0, offset 10:6, size-1 15:11) as LLVM prints them.
+_SPECIAL_SALU = {"s_getreg_b32", "s_setreg_b32", "s_setreg_imm32_b32", "s_sendmsg", "s_trap"}
+_HWREG_IDS = {"HW_REG_MODE": 1}
+
+
+def _hwreg(op, ctx):
+    """(id, offset, size) of a hwreg operand."""
+    if op.kind == "imm":
+        v = op.value & 0xFFFF
+        return v & 0x3F, (v >> 6) & 0x1F, ((v >> 11) & 0x1F) + 1
+    t = op.text.strip() if op.kind == "func" else ""
+    if not t.startswith("hwreg(") or not t.endswith(")"):
+        raise ctx.err(f"expected a hwreg(...) operand, got {op.text!r}")
+    parts = [p.strip() for p in t[6:-1].split(",")]
+    name = parts[0]
+    rid = _HWREG_IDS.get(name, None)
+    if rid is None:
+        try:
+            rid = int(name, 0)
+        except ValueError:
+            raise ctx.err(f"hardware register {name} is not modelled (only HW_REG_MODE)") from None
+    off = int(parts[1], 0) if len(parts) > 1 else 0
+    size = int(parts[2], 0) if len(parts) > 2 else 32
+    return rid, off, size
+
+
+def _mode_value(desc):
+    g = lambda k: desc.get(k, _FLOAT_DEFAULTS[k])
+    return (g("float_round_mode_32") | g("float_round_mode_16_64") << 2
+            | g("float_denorm_mode_32") << 4 | g("float_denorm_mode_16_64") << 6
+            | desc.get("dx10_clamp", 1) << 8 | desc.get("ieee_mode", 1) << 9)
+
+
+def _build_special_salu(ins, ctx, name, d):
+    o = ins.operands
+    line = ins.line
+    if ins.mods:
+        raise ctx.err(f"unsupported modifier {next(iter(ins.mods))!r}")
+    if name == "s_sendmsg":
+        # A message to the SPI/host (interrupt, GS/ordered-count messages ...): it does not
+        # change this kernel's registers or memory, so the emulator accepts it as a no-op.
+        return lambda w: None
+    if name == "s_trap":
+        def h(w):
+            raise memops.ExecError(f"line {line}: s_trap {o[0].text if o else ''} -- the kernel trapped "
+                                   f"(trap handlers are not modelled)")
+        return h
+    if name == "s_getreg_b32":
+        rid, off, size = _hwreg(o[1], ctx)
+        if rid != 1:
+            raise ctx.err(f"hardware register id {rid} is not modelled (only HW_REG_MODE)")
+        val = (ctx.mode >> off) & ((1 << size) - 1)
+        wr = D.sdst(o[0], ctx)
+        d.swrites = frozenset(range(o[0].index, o[0].index + 1))
+        return lambda w: wr(w, val)
+    rid, off, size = _hwreg(o[0], ctx)
+    if rid != 1:
+        raise ctx.err(f"hardware register id {rid} is not modelled (only HW_REG_MODE)")
+    mask = ((1 << size) - 1) << off
+    cur = ctx.mode & mask
+    if name == "s_setreg_imm32_b32":
+        # an immediate write is applied statically, in program order, to the MODE the
+        # following instructions are decoded with; the only change modelled is the f32
+        # denormal field (bits 5:4) between 0 (flush) and 3 (keep), as LLVM's f32 division
+        # expansion does in flush-to-zero kernels
+        new_mode = (ctx.mode & ~mask) | (((o[1].value & 0xFFFFFFFF) << off) & mask)
+        if (new_mode ^ ctx.mode) & ~0x30 or ((new_mode >> 4) & 3) not in (0, 3):
+            raise ctx.err(f"s_setreg_imm32_b32 changes MODE {ctx.mode:#x} -> {new_mode:#x}; only the f32 "
+                          f"denormal field (0 = flush, 3 = keep) may change")
+        ctx.mode = new_mode
+        ctx.ftz32 = ((new_mode >> 4) & 3) == 0
+        return lambda w: None
+    else:
+        g = D.ssrc(o[1], ctx)
+        d.sreads = frozenset(D.sreg_bits(o[1], ctx)[1])
+    mode = ctx.mode
+
+    def h(w):
+        new = (g(w) << off) & mask
+        if new != cur:
+            raise memops.ExecError(f"line {line}: s_setreg changes MODE from {mode:#x} to {(mode & ~mask) | new:#x}; "
+                                   f"only the launch MODE (round to nearest even, denormals kept, "
+                                   f"IEEE={mode >> 9 & 1}) is modelled")
+    return h
+
+
 def _build_mfma(ins, ctx, name, d):
     if _mfma is None:
         raise ctx.err("MFMA support (gfx950emu.mfma) is not available")
@@ -139,8 +234,8 @@ def _build_mfma(ins, ctx, name, d):
     else:
         ci = None
         cconst = np.full((64, nC), D.const_bits(o[3], 32, "f32"), dtype=U32)
-    gsa = _lane_getter(o[4], ctx) if scaled else None
-    gsb = _lane_getter(o[5], ctx) if scaled else None
+    gsa = _scale_getter(o[4], ctx) if scaled else None
+    gsb = _scale_getter(o[5], ctx) if scaled else None
     line = ins.line
     reads = set(range(ai, ai + nA)) | set(range(bi, bi + nB))
     if ci is not None:
@@ -170,6 +265,26 @@ def _build_mfma(ins, ctx, name, d):
     return h
 
 
+def _scale_getter(op, ctx):
+    """Scale operand of a ``v_mfma_scale_*``.
+
+    A VGPR supplies four E8M0 bytes per lane, op_sel/op_sel_hi pick one (mfma.py).  An SGPR
+    or an inline constant is a 32-bit value whose exponent field, bits [30:23], is the E8M0
+    scale (so the f32 constant 1.0 means 2**0, E8M0 127) and op_sel does not pick a byte of
+    it (issue #12 fix 2: the audit's hardware behaviour; the same "only the exponent field
+    of an f32 scale counts" rule as the v_cvt_scalef32_* scale operand, fpformats._scale_pow2).
+    Modelled by replicating that byte into all four byte positions.
+    """
+    if op.kind in ("v", "a"):
+        return _lane_getter(op, ctx)
+    g = D.vsrc(op, ctx)
+
+    def f(w):
+        e = (int(g(w)) >> 23) & 0xFF
+        return np.full(64, e * 0x01010101, dtype=U32)
+    return f
+
+
 def _lane_getter(op, ctx):
     """Getter returning a uint32 [64] array for any VALU source (registers need no copy)."""
     if op.kind in ("v", "a") and not (op.neg or op.abs):
@@ -193,15 +308,20 @@ def _valu_regs(ins, ctx, name, d):
     o = ins.operands
     nwrite = 1
     if name.startswith(("v_add_co_", "v_sub_co_", "v_subrev_co_", "v_addc_co_", "v_subb_co_",
-                        "v_subbrev_co_", "v_mad_u64_u32", "v_mad_i64_i32")):
+                        "v_subbrev_co_", "v_mad_u64_u32", "v_mad_i64_i32", "v_div_scale_f32")):
         nwrite = 2
     wv, ws = _regs_of(o[:nwrite], ctx)
     rv, rs = _regs_of(o[nwrite:], ctx)
     if name.startswith(("v_fmac", "v_mac", "v_writelane", "v_permlane")) or name.startswith("v_cvt_scalef32_pk_fp") \
             or name.startswith("v_cvt_scalef32_pk_bf8") or "sdwa" in ins.opcode or "dpp" in ins.opcode:
         rv |= wv
-    if name.startswith("v_permlane"):
+    if name.startswith("v_permlane") or name == "v_swap_b32":
         wv |= rv
+    osel = ins.mods.get("op_sel", ())
+    if name in ("v_swap_b32", "v_cvt_pk_fp8_f32") or (name in D.VALU16 and len(osel) > len(o) - 1 and osel[len(o) - 1]):
+        rv |= wv
+    if name == "v_div_fmas_f32":
+        rs |= {106, 107}
     if ins.opcode.endswith("_e32") and name in ("v_cndmask_b32", "v_addc_co_u32", "v_subb_co_u32", "v_subbrev_co_u32"):
         rs |= {106, 107}
     if name in ("v_cmp", ) or name.startswith(("v_cmpx",)):
@@ -210,12 +330,46 @@ def _valu_regs(ins, ctx, name, d):
     d.sreads, d.swrites = frozenset(rs), frozenset(ws)
 
 
+#: kernel-descriptor float controls.  [LLVM] AMDGPUUsage "Kernel Descriptor" / .amdhsa_
+#: directives: FLOAT_ROUND_MODE_* 0 = round to nearest even (the only one modelled);
+#: FLOAT_DENORM_MODE_32: 3 = keep f32 denormals (numpy's behaviour), 0 = flush f32 denormal
+#: inputs and results to zero (honoured for the f32 VALU ops, see decode._ftz); the
+#: assembler's defaults when a directive is missing: round 0, denorm_32 0 (!), denorm_16_64 3.
+#: Anything else is refused (issue #12 fix 6).
+_FLOAT_DEFAULTS = {"float_round_mode_32": 0, "float_round_mode_16_64": 0,
+                   "float_denorm_mode_32": 0, "float_denorm_mode_16_64": 3}
+_FLOAT_OK = {"float_round_mode_32": (0,), "float_round_mode_16_64": (0,),
+             "float_denorm_mode_32": (0, 3), "float_denorm_mode_16_64": (3,)}
+
+
+def float_modes(desc: dict) -> dict:
+    """Check a kernel descriptor's float-mode directives; return {"ieee": bool, "ftz32": bool}."""
+    for key, ok in _FLOAT_OK.items():
+        v = desc.get(key, _FLOAT_DEFAULTS[key])
+        if v not in ok:
+            what = "rounding other than nearest-even" if "round" in key else "this denormal mode"
+            raise DecodeError(f".amdhsa_{key} {v} is not modelled ({what}); the emulator models "
+                              f"{key} in {ok} only; refusing rather than guessing")
+    ieee = desc.get("ieee_mode", 1)
+    if ieee not in (0, 1):
+        raise DecodeError(f".amdhsa_ieee_mode {ieee!r} must be 0 or 1")
+    return {"ieee": bool(ieee), "ftz32": desc.get("float_denorm_mode_32", 0) == 0}
+
+
 def decode_kernel(ks, acc_offset: int, nvgpr: int = 512) -> list:
     """Decode every instruction of a KernelSource; unknown opcodes are errors."""
-    ctx = Ctx(acc_offset, ks.labels, nvgpr)
+    fm = float_modes(ks.descriptor)
+    ctx = Ctx(acc_offset, ks.labels, nvgpr, ieee=fm["ieee"])
+    ctx.mode = ctx.launch_mode = _mode_value(ks.descriptor)
+    ctx.ftz32 = fm["ftz32"]
+    targets = set(ks.labels.values())
     out = []
     for idx, ins in enumerate(ks.instructions):
         ctx.line, ctx.text = ins.line, ins.text
+        if idx in targets and ctx.mode != ctx.launch_mode:
+            raise DecodeError(f"line {ins.line}: a branch target inside a region where s_setreg changed MODE "
+                              f"({ctx.launch_mode:#x} -> {ctx.mode:#x}); the emulator tracks MODE changes "
+                              f"only along straight-line code")
         try:
             d = _decode_one(ins, ctx)
         except DecodeError:
@@ -249,6 +403,8 @@ def _decode_one(ins, ctx):
                 d.pend = ("smem", frozenset(), d.swrites, False)
         elif cls in ("waitcnt", "barrier", "nop", "branch", "end"):
             fn = _build_sopp(ins, ctx, name, d)
+        elif name in _SPECIAL_SALU:
+            fn = _build_special_salu(ins, ctx, name, d)
         else:
             if ins.mods:
                 raise ctx.err(f"unsupported modifier {next(iter(ins.mods))!r}")

@@ -14,8 +14,10 @@ registers read as one little-endian bit string, ``fpformats.unpack``):
   - plain MFMAs (bf16/f16/fp8 of CDNA3 and the gfx950 double-rate bf16/f16)
     and fp4 operands of the f8f6f4 MFMAs: ``k = g*P + j`` with
     ``P = K // G`` (contiguous run per lane group);
-  - fp8/bf8 (and fp6/bf6, assumed) operands of the f8f6f4 MFMAs: two halves
-    of 16 elements, ``k = (j // 16) * K/2 + 16*g + j % 16``.
+  - fp6/bf6 operands of the f8f6f4 MFMAs: contiguous too, ``k = g*P + j``
+    (issue #12 fix 3: only the 8-bit formats use the 16-element chunking);
+  - fp8/bf8 operands of the f8f6f4 MFMAs: two halves of 16 elements,
+    ``k = (j // 16) * K/2 + 16*g + j % 16``.
 * C/D (M x N, f32): 16x16: register ``r`` (0..3) of lane ``l`` is
   ``D[4*(l//16) + r][l % 16]``; 32x32: register ``r`` (0..15) is
   ``D[8*(r//4) + 4*(l//32) + r%4][l % 32]``.
@@ -35,9 +37,12 @@ K 64+16g.., while its fp4 B operand (and fp4 A in a4w4) is one contiguous
 is "valid only if both input matrices A and B have FP8 type".  Register
 counts: fp8/bf8 8 dwords, fp6/bf6 6, fp4 4 (LLVM test
 llvm.amdgcn.mfma.scale.f32.32x32x64.f8f6f4.ll: <8 x i32>, <6 x i32>,
-<4 x i32>).  The fp6/bf6 K order is NOT confirmed by any source (none of our
-kernels uses fp6).  For unscaled same-format MFMAs the within-lane K order
-is unobservable (any consistent permutation of K gives the same D).
+<4 x i32>).  fp6/bf6 (6 dwords = 32 contiguous 6-bit values per lane) pack
+contiguously in K like fp4: the 16-element split is a property of the
+byte-wide formats only (issue #12 audit, fix 3; the Salykov et al. blog's
+remark that the split scheme holds "only if both ... have FP8 type").  No
+kernel of ours uses fp6.  For unscaled same-format MFMAs the within-lane K
+order is unobservable (any consistent permutation of K gives the same D).
 
 Scales (``v_mfma_scale_*``): each lane's scale VGPR holds four E8M0 bytes.
 For operand A the byte is ``op_sel[0] + 2*op_sel_hi[0]``, for B it is
@@ -58,22 +63,38 @@ exactly the lane's own 32 values; for fp8 a lane's values span two blocks.  An E
 byte of 0xFF is NaN (OCP MX v1.0, 5.4): every D element whose dot product
 uses that block becomes NaN (hardware behaviour not verified beyond the spec).
 
-Arithmetic: D = A*B + C is computed in float64 (every product of two
-decoded narrow values times two power-of-two scales is exact in float64, and
-sums of such products are exact while their exponents span < ~45 bits) and
-rounded once to float32 (round to nearest even).  Hardware accumulates in
-its own internal precision and may round differently in the last ulp for
-inputs whose exact result is not representable in f32 (e.g. bf16 products
-with wide exponent spread, or C much larger than A*B).  Whenever the exact
-result is itself an f32 value the model returns it exactly, and any correct
-hardware must too: e.g. fp4 x fp4 with power-of-two scales of similar
-magnitude (every product is a multiple of 2**-2 * sa * sb below 36 * sa * sb,
-so a 128-term sum needs at most ~16 significant bits).  f32 subnormal inputs
-and results are kept as they are (no flush-to-zero modelled).
+Arithmetic (rounding model, issue #12 fix 8).  K is cut into blocks of 32
+(one block when K < 32; for the scaled MFMAs these are exactly the blocks one
+E8M0 scale covers).  Per block and output element:
 
-EXEC: the model reads and writes all 64 lanes whatever EXEC holds.  The
-common understanding is that MFMA ignores EXEC (the whole wave's registers
-form the matrices); this was not confirmed from a primary AMD source here.
+1. ``P_b = fma(a_31, b_31, ... fma(a_1, b_1, a_0 * b_0))`` -- a chain of f32
+   FMAs in K order on the *unscaled* decoded values (each step one
+   round-to-nearest-even to f32);
+2. ``Q_b = rn_f32(P_b * sa_b * sb_b)`` -- the block's two E8M0 scales applied
+   (exact unless it over/underflows f32; 1 for the unscaled MFMAs);
+3. ``D = rn_f32(... rn_f32(rn_f32(C + Q_0) + Q_1) ... + Q_last)`` -- f32
+   accumulation onto C in K-block order.
+
+This is the "per-32-K-block f32 FMA chain, then scale, then f32 accumulate"
+that the issue-#12 audit describes for the hardware, instead of one exact
+float64 sum rounded once; the order of the f32 adds in step 3 (C first, then
+the blocks in K order) is this model's choice, unverified.  Step 1 is
+computed fast when it is provably exact: every product is a multiple of the
+two formats' smallest subnormals ``qa*qb`` and, if ``sum |a_k b_k| <=
+2**24 * qa*qb``, every partial sum is an f32 value, so the chain equals the
+exact float64 block dot product.  That holds always for fp4/fp6/bf6 operands
+(e.g. fp4 x fp4: 32*36 <= 2**24/4) and is checked per MFMA otherwise; when it
+fails the chain is run step by step, in f32 when every product is an exact f32
+value (always for the 8/6/4-bit formats and f16, checked for bf16), else from
+float64 per step.  f32 subnormal inputs and results are
+kept (no flush-to-zero modelled); a chain step rounds ``a*b + acc`` from
+float64, exact except for rare double-rounding ties with extreme exponent
+spread.  An E8M0 byte 0xFF makes its block's Q (hence D) NaN.
+
+EXEC (issue #12 fix 7): an MFMA under a partial EXEC mask is refused, here
+(``execute(..., exec_mask=...)`` raises ValueError) and in the emulator core
+(kernel.py raises ExecError naming the line): which lanes of D hardware then
+writes is not modelled.
 """
 
 from __future__ import annotations
@@ -211,11 +232,11 @@ def _k_of_slot(sp: MfmaSpec, fmt: str, lane, j):
 
     Every lane group ``g = lane // M`` holds ``P`` elements.  For fp4 (and for
     all non-f8f6f4 MFMAs) they are the contiguous run ``k = g*P + j``.  For
-    the 8-bit and 6-bit operands of the f8f6f4 MFMAs the 32 elements are two
+    the 8-bit operands of the f8f6f4 MFMAs the 32 elements are two
     halves of 16: half ``h = j // 16`` covers ``k = h*K/2 + 16*g + j % 16``.
     """
     g = lane // sp.m
-    if sp.a_fmt == "f8f6f4" and fmt in ("fp8", "bf8", "fp6", "bf6"):
+    if sp.a_fmt == "f8f6f4" and fmt in ("fp8", "bf8"):   # fp6/bf6 contiguous (issue #12 fix 3)
         return (j // 16) * (sp.k // 2) + 16 * g + j % 16
     return g * sp.per_lane + j
 
@@ -347,6 +368,72 @@ def _bit(t, i: int) -> int:
     return int(t[i]) & 1 if i < len(t) else 0
 
 
+def _grain(fmt: str):
+    """(largest finite |value|, smallest positive value) of an operand format, or None."""
+    if fmt == "bf16":
+        return None                     # q = 2**-133: products can fall below f32's range
+    if fmt == "f16":
+        return 65504.0, 2.0 ** -24
+    pos = fpf._positive_finite(fmt)
+    return float(pos[-1]), float(pos[1])
+
+
+@lru_cache(maxsize=None)
+def _chain_bound(fa: str, fb: str, kb: int):
+    """(always_exact, bound): the chain of step 1 is exact when sum|a b| <= bound (None: never known)."""
+    ga, gb = _grain(fa), _grain(fb)
+    if ga is None or gb is None:
+        return False, None
+    bound = 2.0 ** 24 * ga[1] * gb[1]
+    return kb * ga[0] * gb[0] <= bound, bound
+
+
+@lru_cache(maxsize=None)
+def _resolve(opcode: str, cbsz: int, blgp: int, abid: int):
+    """Everything execute() needs that depends only on the opcode and its format modifiers."""
+    sp = spec(opcode)
+    fa, fb = _formats(sp, cbsz, blgp, abid)
+    na, nb, nc = register_counts(opcode, cbsz, blgp)
+    always, bound = _chain_bound(fa, fb, min(32, sp.k))
+    return sp, fa, fb, na, nb, nc, _plan(sp, fa, fb), always, bound
+
+
+#: formats whose pairwise products are always exact f32 values (<= 22 significant bits,
+#: magnitudes between 2**-48 and 2**32): then fma(a, b, acc) == rn_f32(acc + rn_f32(a*b))
+_F32_EXACT_PRODUCTS = {"fp4", "fp6", "bf6", "fp8", "bf8", "f16"}
+
+
+def _f32_chain(Ab: np.ndarray, Bb: np.ndarray) -> np.ndarray:
+    """Step 1 when every product is an exact f32 value: f32 products, then f32 adds in K order
+    (the same values as the FMA chain, ~3x faster than _fma_chain)."""
+    a = np.ascontiguousarray(Ab.transpose(2, 0, 1), dtype=np.float32)     # [KB, nb, M]
+    b = np.ascontiguousarray(Bb.transpose(1, 0, 2), dtype=np.float32)     # [KB, nb, N]
+    prod = a[:, :, :, None] * b[:, :, None, :]                             # [KB, nb, M, N]
+    acc = prod[0] + np.float32(0)          # fma(a0, b0, +0): a -0 product gives +0
+    for j in range(1, prod.shape[0]):
+        np.add(acc, prod[j], out=acc)
+    return acc
+
+
+def _bf16_products_exact(A: np.ndarray, B: np.ndarray) -> bool:
+    """bf16 products (16 significant bits) are exact f32 values unless they leave f32's normal range."""
+    aa, ab = np.abs(A), np.abs(B)
+    amax, bmax = aa.max(), ab.max()
+    if amax == 0 or bmax == 0:
+        return True
+    amin, bmin = aa[aa > 0].min(), ab[ab > 0].min()
+    return bool(amax * bmax < 2.0 ** 127 and amin * bmin >= 2.0 ** -126)
+
+
+def _fma_chain(Ab: np.ndarray, Bb: np.ndarray) -> np.ndarray:
+    """Step 1 run step by step: Ab [nb, M, KB], Bb [nb, KB, N] float64 -> float32 [nb, M, N]."""
+    acc = np.zeros((Ab.shape[0], Ab.shape[1], Bb.shape[2]), dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for j in range(Ab.shape[2]):
+            acc = (Ab[:, :, j, None] * Bb[:, None, j, :] + acc).astype(np.float32)
+    return acc
+
+
 def execute(
     opcode: str,
     a,
@@ -360,27 +447,32 @@ def execute(
     op_sel=(0, 0, 0),
     op_sel_hi=(0, 0, 0),
     abid: int = 0,
+    exec_mask=None,
 ) -> np.ndarray:
     """Run one MFMA for the whole wave and return D's raw f32 bits, uint32 [64, nC].
 
     ``a``/``b`` are uint32 [64, nA]/[64, nB] (the lanes' src0/src1 registers),
     ``c`` uint32 [64, nC] (raw accumulator bits; pass zeros for an inline 0),
     ``scale_a``/``scale_b`` uint32 [64] (each lane's scale VGPR) for the
-    ``v_mfma_scale_*`` forms only.  See the module docstring for layouts,
-    scale-byte selection and rounding.
+    ``v_mfma_scale_*`` forms only.  ``exec_mask`` (bool [64], optional): a
+    partial mask is refused with ValueError.  See the module docstring for
+    layouts, scale-byte selection and the rounding model.
     """
-    sp = spec(opcode)
-    fa, fb = _formats(sp, cbsz, blgp, abid)
-    na, nb, nc = register_counts(opcode, cbsz, blgp)
+    sp, fa, fb, na, nb, nc, plan, always, bound = _resolve(opcode, cbsz, blgp, abid)
     a = _check_regs(a, na, "a (src0)")
     b = _check_regs(b, nb, "b (src1)")
     c = _check_regs(c, nc, "c (src2)")
+    if exec_mask is not None and not np.all(exec_mask):
+        raise ValueError(f"{opcode} with a partial EXEC mask is not modelled (refused; see the mfma module docstring)")
 
-    plan = _plan(sp, fa, fb)
     A = np.zeros((sp.m, sp.k))
     B = np.zeros((sp.k, sp.n))
     A[plan.a_rows, plan.a_ks] = _decode_values(fa, a)
     B[plan.b_ks, plan.b_cols] = _decode_values(fb, b)
+    kb = min(32, sp.k)
+    nblk = sp.k // kb
+    Ab = A.reshape(sp.m, nblk, kb).transpose(1, 0, 2)   # [nb, M, KB]
+    Bb = B.reshape(nblk, kb, sp.n)                      # [nb, KB, N]
 
     if sp.scaled:
         if scale_a is None or scale_b is None:
@@ -389,19 +481,31 @@ def execute(
             raise ValueError("op_sel[2]/op_sel_hi[2] must be 0: the accumulator has no scale")
         sa = _lane_scales(scale_a, _bit(op_sel, 0) + 2 * _bit(op_sel_hi, 0), "scale_a")
         sb = _lane_scales(scale_b, _bit(op_sel, 1) + 2 * _bit(op_sel_hi, 1), "scale_b")
-        with np.errstate(invalid="ignore"):
-            A = A * sa[plan.a_scale_lane]
-            B = B * sb[plan.b_scale_lane]
     else:
         if scale_a is not None or scale_b is not None:
             raise ValueError(f"{opcode} is not a scaled MFMA; scale_a/scale_b must be None")
         if any(op_sel) or any(op_sel_hi):
             raise ValueError(f"op_sel/op_sel_hi are not modelled for {opcode}; they must be 0")
 
-    rows, cols = plan.d_rows, plan.d_cols
-    C = np.zeros((sp.m, sp.n))
-    C[rows, cols] = fpf.f32_from_bits(c).astype(np.float64)
+    # step 1: per-block f32 FMA chain (exact float64 block dot product when provably equal)
     with np.errstate(invalid="ignore", over="ignore"):
-        D = A @ B + C
-        d32 = D.astype(np.float32)
-    return fpf.bits_from_f32(d32[rows, cols]).astype(np.uint32)
+        if always or (bound is not None and np.all(np.matmul(np.abs(Ab), np.abs(Bb)) <= bound)):
+            P = np.matmul(Ab, Bb)          # float64, and every value is exactly an f32 one
+        elif (fa in _F32_EXACT_PRODUCTS and fb in _F32_EXACT_PRODUCTS) or (
+                fa == fb == "bf16" and _bf16_products_exact(A, B)):
+            P = _f32_chain(Ab, Bb)
+        else:
+            P = _fma_chain(Ab, Bb)
+        # step 2: the block's scales (lane b*M + i holds row i's / column i's scale of block b)
+        if sp.scaled:
+            S = sa.reshape(nblk, sp.m)[:, :, None] * sb.reshape(nblk, sp.n)[:, None, :]
+            Q = (P * S).astype(np.float32)
+        else:
+            Q = P.astype(np.float32, copy=False)
+        # step 3: f32 accumulation onto C in K-block order
+        rows, cols = plan.d_rows, plan.d_cols
+        D = np.zeros((sp.m, sp.n), dtype=np.float32)
+        D[rows, cols] = fpf.f32_from_bits(c)
+        for q in Q:
+            D = D + q
+    return fpf.bits_from_f32(D[rows, cols]).astype(np.uint32)

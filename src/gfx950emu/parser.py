@@ -113,6 +113,8 @@ def parse_operand(tok: str, line: int = 0) -> Operand:
         neg, t = True, t[1:].strip()
     if t.startswith("|") and t.endswith("|") and len(t) > 2:
         absf, t = True, t[1:-1].strip()
+    if t.startswith(("hwreg(", "sendmsg(")) and t.endswith(")"):
+        return Operand("func", value=t, text=t)   # s_getreg/s_setreg/s_sendmsg operands (decoded there)
     if t.startswith("lit(") and t.endswith(")"):
         t = t[4:-1].strip()
     m = _REG_RE.match(t)

@@ -2,7 +2,9 @@
 ``.s`` kernel (descriptor + metadata) and run it on the emulator.
 
 Conventions of the generated kernels: the kernarg pointer is s[0:1], the
-workgroup id x is s2, v0 is the work-item id.  ``run_valu`` loads per-lane
+workgroup id x is s2, v0 is the work-item id; f32 denormals are kept
+(.amdhsa_float_denorm_mode_32 3, as our compiled kernels state; the assembler's
+default would be 0 = flush).  ``run_valu`` loads per-lane
 inputs into v10, v11, ... and stores v20, v21, ...; ``run_salu`` loads scalar
 inputs into s10, s11, ... and stores s20, s21, ... and SCC.
 """
@@ -34,6 +36,7 @@ _DESC = """.Lfunc_end0:
 \t\t.amdhsa_next_free_vgpr 256
 \t\t.amdhsa_next_free_sgpr 64
 \t\t.amdhsa_accum_offset {acc}
+\t\t.amdhsa_float_denorm_mode_32 3
 \t.end_amdhsa_kernel
 \t.text
 \t.amdgpu_metadata
