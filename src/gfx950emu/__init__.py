@@ -8,12 +8,15 @@ that every use of memory results is covered by an ``s_waitcnt``.
     res = gfx950emu.launch(prog, grid=(4, 1, 1), block=(256, 1, 1),
                            args=[a, b, c, 128], hazards="report")
     res.hazards, res.stats.by_opcode, res.seconds
+    res = gfx950emu.launch(prog, grid, block, args, timing=True)   # modelled clock
+    res.timing["cycles"], res.timing["kernel"]["tflops"]          # see gfx950emu.timing
 
 Depends on numpy only.  Module map: parser (text -> instructions, descriptor,
 metadata), decode/memops/kernel (instruction -> handler), machine (launch
 state, wave scheduling, processes), hazards (s_waitcnt checker), memory (flat
 address space, buffer descriptors, atomics), mfma / fpformats (matrix cores
-and narrow float formats).
+and narrow float formats), timing (the cycle model: CU + MI355X grid, parameters in
+timing/gfx950.toml).
 """
 from .decode import DecodeError
 from .hazards import HazardError, HazardReport

@@ -439,6 +439,7 @@ class Result:
     hazards: list
     stats: Stats
     seconds: float
+    timing: dict | None = None      # timing=True: the modelled clock (gfx950emu.timing), else None
 
 
 def _make_stats(prog, results):
@@ -464,6 +465,40 @@ def _make_stats(prog, results):
             })
     return Stats({op_names[k]: int(n) for k, n in enumerate(tot_op) if n},
                  {cls_names[k]: int(n) for k, n in enumerate(tot_cls) if n}, per_wave)
+
+
+# ---------------------------------------------------------------- timing ----
+def _launch_timing(L, wgs, hazards, flops, sample, overrides, trace, t0):
+    from . import timing as T
+    if hazards != "off":
+        raise ValueError("timing=True runs without the hazard checker; pass hazards='off' (check hazards in a plain launch)")
+    prog = L.prog
+    bx, by, bz = L.block
+    nwaves = (bx * by * bz + 63) // 64
+    priv = int(prog.descriptor.get("private_segment_fixed_size", 0) or 0)
+    done = []
+
+    def make_waves(wg):
+        lds = np.zeros((L.lds_size + 3) // 4 * 4, dtype=np.uint8)
+        lds32 = lds.view(np.uint32)
+        waves = []
+        for i in range(nwaves):
+            w = Wave(i, lds, lds32, L.mem, len(prog.decoded))
+            if priv:
+                w.scratch = np.zeros((64, (priv + 3) // 4 * 4), dtype=np.uint8)
+            _init_wave(L, w, wg, i)
+            waves.append(w)
+        done.append((wg, waves))
+        return waves
+    touched = T.track_touched(L.mem)
+    try:
+        timing = T.simulate(L, wgs, make_waves, sample=sample, flops=flops, overrides=overrides, trace=trace,
+                            touched=touched)
+    finally:
+        touched.detach()
+    L.write_back()
+    results = [(wg, [w.counts[:-1] for w in ws]) for wg, ws in done]
+    return Result([], _make_stats(prog, results), time.perf_counter() - t0, timing)
 
 
 # ---------------------------------------------------------------- launch ----
@@ -493,7 +528,9 @@ def _dims(x, what):
 
 
 def launch(prog: Program, grid=(1, 1, 1), block=(64, 1, 1), args=(), *, hazards: str = "off",
-           processes: int = 1, lds_bytes: int = 0, max_instructions: int = 50_000_000) -> Result:
+           processes: int = 1, lds_bytes: int = 0, max_instructions: int = 50_000_000,
+           timing: bool = False, flops: float | None = None, timing_sample=None, timing_params: dict | None = None,
+           timing_trace: bool = False) -> Result:
     """Run ``prog`` over ``grid`` workgroups of ``block`` work-items.
 
     ``args`` follow the metadata ``.args`` list one for one (hidden arguments
@@ -503,6 +540,13 @@ def launch(prog: Program, grid=(1, 1, 1), block=(64, 1, 1), args=(), *, hazards:
     an 8-byte value (FlyDSL passes some pointers as plain Int64), or exact
     ``bytes``.  A dict ``{"tensor": t}`` / ``{"bytes": b}`` (a described kernarg
     entry) stands for its tensor / bytes.
+
+    ``timing=True`` runs the timing model instead (see :mod:`gfx950emu.timing`): only the sampled
+    workgroups execute (``timing_sample``: None = those the first CU receives, an int = the first
+    that many of them, or a list of workgroup ids), buffers hold only their writes, and
+    ``Result.timing`` holds the modelled cycles and grid figures (``flops``: the kernel's flop
+    count for TFLOPS; default the MFMA flops executed; ``timing_params``: parameter overrides
+    ``{"section.key": value}``; ``timing_trace``: keep the timeline for a Chrome trace).
     """
     if not isinstance(prog, Program):
         raise ValueError("launch() needs the Program returned by gfx950emu.load()")
@@ -520,6 +564,8 @@ def launch(prog: Program, grid=(1, 1, 1), block=(64, 1, 1), args=(), *, hazards:
     t0 = time.perf_counter()
     L = _Launch(prog, grid, block, list(args), lds_bytes)
     wgs = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
+    if timing:
+        return _launch_timing(L, wgs, hazards, flops, timing_sample, timing_params, timing_trace, t0)
     results, reports = [], []
     if processes > 1 and len(wgs) > 1:
         if prog.returning_atomics:

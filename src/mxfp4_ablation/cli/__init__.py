@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import UsageError
 
 #: Modules that add subcommands (each has ``register(subparsers)``).
-EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify")
+EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify", "mxfp4_ablation.cli.model")
 
 
 def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:

@@ -1,0 +1,42 @@
+"""``mxfp4-ablation model``: modelled timing (gfx950emu.timing) of one variant at one shape."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    from .. import modelled, variants
+    from . import emit
+
+    shape = variants.parse_shape(args.shape)
+    if args.sample is not None and args.sample < 1:
+        raise ValueError(f"--sample must be a positive number of workgroups, got {args.sample}")
+    result = modelled.model(args.variant, shape, seed=args.seed, sample=args.sample, trace=args.trace,
+                            use_cache=not args.no_cache)
+    k = result["kernel"]
+    text = (f"{result['variant']} {args.shape}: {k['tflops']} TFLOPS, {k['us']} us ({k['bound']}-bound, "
+            f"{k['rounds']} rounds) -- modelled, gfx950emu.timing {result['model_version']}, clock {result['clock_ghz']} GHz\n"
+            f"  workgroup {result['cycles']} cycles, cycles/MFMA (hot loop) {result['cycles_per_mfma_loop']}, "
+            f"MFMA busy {result['mfma_busy']}\n"
+            f"  exposed cycles per SIMD: {result['exposed']}\n"
+            f"  sampled workgroups: {len(result['sampled_workgroups'])} of {result['grid_workgroups']}"
+            f"{' (cached)' if result.get('cached') else ''}")
+    if args.trace:
+        text += f"\n  timeline: {args.trace} (Chrome trace / Perfetto)"
+    emit(args, result, text)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("model", help="modelled cycles / TFLOPS of a variant (gfx950 timing model, no GPU needed)",
+                       description="Compile a variant and run the gfx950emu timing model over its full grid "
+                                   "(a sample of workgroups, extrapolated). Every number is modelled.")
+    p.add_argument("variant")
+    p.add_argument("--shape", required=True, help="the variant's shape, e.g. M,N,K")
+    p.add_argument("--seed", type=int, default=0, help="input seed (MoE routing depends on it)")
+    p.add_argument("--sample", type=int, help="simulate only this many of the first CU's workgroups")
+    p.add_argument("--trace", help="write the Chrome-trace / Perfetto timeline of the sampled workgroups here")
+    p.add_argument("--no-cache", action="store_true", help="ignore the timing cache")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_model)

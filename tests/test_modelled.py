@@ -1,0 +1,65 @@
+"""mxfp4_ablation.modelled and `mxfp4-ablation model`: modelled timing of a compiled variant."""
+import json
+
+import numpy as np
+import pytest
+
+from mxfp4_ablation import modelled
+
+SHAPE = (256, 256, 512)
+
+
+@pytest.fixture()
+def timing_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(modelled, "_cache_file", lambda key: tmp_path / "timing" / f"{key}.json")
+    return tmp_path
+
+
+def test_model_is_labelled_and_cached(timing_cache):
+    r = modelled.model("gemm-v0", SHAPE)
+    assert r["label"] == "modelled" and r["model_version"] and r["clock_ghz"] > 0
+    k = r["kernel"]
+    assert {"us", "tflops", "bound", "clock_ghz", "rounds", "bytes_hbm", "bytes_l2"} <= set(k)
+    assert k["flops_source"] == "caller" and k["flops"] == 2.0 * 256 * 256 * 512
+    assert k["tflops"] == pytest.approx(k["flops"] / (k["us"] * 1e-6) / 1e12, rel=1e-3)
+    # one workgroup per 256x256 tile, 4 waves x 64 MFMAs per 128-deep K slice
+    assert r["mfma_count"] == 4 * (512 // 128) * 64
+    assert r["cached"] is False
+    again = modelled.model("gemm-v0", SHAPE)
+    assert again["cached"] is True and again["kernel"] == k
+
+
+def test_model_trace_is_a_chrome_trace(timing_cache, tmp_path):
+    path = tmp_path / "t.json"
+    modelled.model("gemm-v0", SHAPE, trace=str(path))
+    data = json.loads(path.read_text())
+    tracks = {e["args"]["name"] for e in data["traceEvents"] if e.get("ph") == "M" and e["name"] == "thread_name"}
+    assert sum(t.startswith("wg0 wave") for t in tracks) == 4
+    assert sum(t.endswith("MFMA") for t in tracks) == 4
+    assert data["otherData"]["label"] == "modelled"
+
+
+def test_upstream_args_follow_the_sidecar():
+    meta = {"args": [{"name": "A", "value_kind": "global_buffer"}, {"name": "A.layout", "value_kind": "by_value"},
+                     {"name": "c_m", "value_kind": "by_value"}]}
+    a, layout, cm = modelled.flydsl_upstream_args(meta, 512, 256, 1024)
+    assert isinstance(a, np.ndarray) and a.size == 512 * 1024 // 2 and layout == a.size and cm == 512
+    with pytest.raises(ValueError, match="not one of"):
+        modelled.flydsl_upstream_args({"args": [{"name": "Z", "value_kind": "global_buffer"}]}, 1, 1, 1)
+
+
+def test_bad_input_is_one_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="unknown variant"):
+        modelled.model("gemm-v99", SHAPE)
+    with pytest.raises(ValueError, match="no upstream ISA"):
+        modelled.flydsl_upstream(tmp_path, "deadbeef", 8192, 8192, 8192)
+
+
+def test_cli_model_json(timing_cache, capsys):
+    from mxfp4_ablation.cli import main
+
+    assert main(["model", "gemm-v0", "--shape", "256,256,512", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["label"] == "modelled" and out["variant"] == "gemm-v0"
+    assert main(["model", "gemm-v0", "--shape", "256,256"]) == 2
+    assert "takes a shape" in capsys.readouterr().err
