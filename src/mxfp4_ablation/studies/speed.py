@@ -147,7 +147,9 @@ def timing_model(variant: str, shape: tuple) -> dict:
         if err.name == "mxfp4_ablation.modelled":
             raise NotImplementedError("the timing model (mxfp4_ablation.modelled) is not part of this checkout yet")
         raise
-    return module.model(variant, tuple(shape))
+    from .ablation import default_sample  # the sample policy of the per-step modelled deltas (one cache entry)
+
+    return module.model(variant, tuple(shape), sample=default_sample(variant))
 
 
 #: Modelled-speed sources, tried in order; each takes ``(variant, shape)`` and returns a dict with
