@@ -82,6 +82,7 @@ def test_records_refuse_bad_values():
 
 @pytest.mark.parametrize("direction, before, after, holds", [
     ("down", 5, 3, True), ("down", 3, 3, False), ("up", 1, 2, True), ("zero", 4, 0, True), ("zero", 4, 1, False),
+    ("zero", 0, 0, False),
     ("same", 2, 2, True), ("same", 2, 3, False), ("down", float("nan"), 1, False), ("up", None, 1, False),
 ])
 def test_expect_holds(direction, before, after, holds):

@@ -33,16 +33,11 @@ def fmt(value) -> str:
 
 def moved(before: float, after: float, direction: str) -> bool:
     """Did the metric move the ``direction`` from ``before`` (switch off) to ``after`` (switch on)?
+    (:meth:`mxfp4_ablation.family.Expect.holds`: ``down`` / ``up`` strictly, ``zero``, ``same``; False
+    when either value is missing.)"""
+    from ..family import Expect
 
-    ``down`` / ``up``: strictly; ``zero``: ``after`` is 0; ``same``: unchanged. False when either is missing.
-    """
-    if is_missing(before) or is_missing(after):
-        return False
-    if direction == "zero":
-        return after == 0
-    if direction == "same":
-        return after == before
-    return after < before if direction == "down" else after > before
+    return Expect("metric", direction).holds(before, after)
 
 
 def relative(before: float, after: float) -> float:
