@@ -63,3 +63,14 @@ def test_cli_model_json(timing_cache, capsys):
     assert out["label"] == "modelled" and out["variant"] == "gemm-v0"
     assert main(["model", "gemm-v0", "--shape", "256,256"]) == 2
     assert "takes a shape" in capsys.readouterr().err
+
+
+def test_cli_model_needs_exactly_one_kernel(capsys):
+    from mxfp4_ablation.cli import main
+
+    assert main(["model", "--shape", "256,256,512"]) == 2
+    assert "exactly one of" in capsys.readouterr().err
+    assert main(["model", "--upstream", "/nonexistent", "--shape", "8192,8192,8192"]) == 2
+    assert "--commit" in capsys.readouterr().err
+    assert main(["model", "--upstream", "/nonexistent", "--commit", "741f3d6d", "--shape", "8192,8192,8192"]) == 2
+    assert "no upstream ISA" in capsys.readouterr().err

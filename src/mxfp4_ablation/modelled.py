@@ -337,6 +337,7 @@ def main(argv=None) -> int:
 #: low-confidence parameters and the values a what-if tries (never used to fit anything)
 SENSITIVITY = {
     "issue.internal_instruction_cycles": (0, 4),
+    "mfma.queue_depth": (0, 1, 2),
     "vmem.queue_depth": (4, 8, 32),
     "lds.queue_depth": (4, 8, 32),
     "vmem.latency_cycles": (300, 500, 800),

@@ -231,6 +231,9 @@ class CU:
         self.lds_conflict_cycles = 0
         self.budget = 50_000_000
         self.internal = int(params.issue_internal_instruction_cycles)
+        self.mfma_queue = int(params.mfma_queue_depth)
+        self.cpp = int(params.mfma_cycles_per_pass)
+        self.mfma_start = 0
 
     # ------------------------------------------------------------------ run ----
     def run(self, wgs):
@@ -329,7 +332,7 @@ class CU:
                 if e > need:
                     need, reason = e, "dependency"
             if kind == "mfma":
-                pf = self.pipe_free[tw.simd]
+                pf = self.pipe_free[tw.simd] - self.mfma_queue * st.passes * self.cpp
                 if pf > need:
                     need, reason = pf, "mfma_pipe"
             elif kind == "lds":
@@ -364,6 +367,8 @@ class CU:
             _retire(tw.lgkm, lgkm, t)
         elif kind == "barrier":
             pass
+        if st.nop_cycles:
+            tw.segs.append((fin, fin + st.nop_cycles, "dependency" if kind == "nop" else "issue"))
         fin += st.nop_cycles
         w.pc = i + 1
         w.counts[i] += 1
@@ -372,9 +377,10 @@ class CU:
         if w.executed > self.budget:
             raise ExecError(f"wave {w.id} executed more than {self.budget} instructions (endless loop?)")
         if self.trace is not None:
-            self.trace.append((tw.wgi, tw.w.id, tw.simd, i, t, fin if kind != "mfma" else t + st.passes * p.mfma_cycles_per_pass,
-                               kind))
+            self.trace.append((tw.wgi, tw.w.id, tw.simd, i, t, fin if kind != "mfma" else
+                               self.mfma_start + st.passes * p.mfma_cycles_per_pass, kind))
         if kind == "branch" and w.pc != i + 1:
+            tw.segs.append((fin, fin + p.issue_branch_taken_cycles, "other"))
             fin += p.issue_branch_taken_cycles
         tw.ready = fin
         if r == D.ENDPGM:
@@ -429,6 +435,8 @@ class CU:
         a = pf if self.simd_first[s] is not None else self._simd_start(s, tw)
         self._gap(tw, a, t)
         tw.segs = []
+        t = max(t, pf)                # with an MFMA queue (mfma.queue_depth > 0) it starts when the pipe frees
+        self.mfma_start = t
         self.pipe_free[s] = t + dur
         self.simd_last[s] = t + dur
         self.mfma_busy[s] += dur

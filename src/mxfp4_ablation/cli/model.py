@@ -12,8 +12,22 @@ def cmd_model(args: argparse.Namespace) -> int:
     shape = variants.parse_shape(args.shape)
     if args.sample is not None and args.sample < 1:
         raise ValueError(f"--sample must be a positive number of workgroups, got {args.sample}")
-    result = modelled.model(args.variant, shape, seed=args.seed, sample=args.sample, trace=args.trace,
-                            use_cache=not args.no_cache)
+    kw = dict(sample=args.sample, trace=args.trace, use_cache=not args.no_cache)
+    picked = [x for x in (args.variant, args.upstream, args.aiter_co) if x]
+    if len(picked) != 1:
+        raise ValueError("give exactly one of: a VARIANT, --upstream OUT_DIR --commit SHA8, --aiter-co FILE")
+    if (args.upstream or args.aiter_co) and len(shape) != 3:
+        raise ValueError("upstream GEMMs take --shape M,N,K")
+    if args.upstream:
+        if not args.commit:
+            raise ValueError("--upstream needs --commit (the 8-hex folder under OUT_DIR/flydsl/)")
+        result = modelled.flydsl_upstream(args.upstream, args.commit[:8], *shape, **kw)
+        result["variant"] = f"flydsl@{args.commit[:8]}"
+    elif args.aiter_co:
+        result = modelled.aiter_asm(args.aiter_co, *shape, **kw)
+        result["variant"] = "aiter-asm"
+    else:
+        result = modelled.model(args.variant, shape, seed=args.seed, **kw)
     k = result["kernel"]
     text = (f"{result['variant']} {args.shape}: {k['tflops']} TFLOPS, {k['us']} us ({k['bound']}-bound, "
             f"{k['rounds']} rounds) -- modelled, gfx950emu.timing {result['model_version']}, clock {result['clock_ghz']} GHz\n"
@@ -32,8 +46,13 @@ def register(sub) -> None:
     p = sub.add_parser("model", help="modelled cycles / TFLOPS of a variant (gfx950 timing model, no GPU needed)",
                        description="Compile a variant and run the gfx950emu timing model over its full grid "
                                    "(a sample of workgroups, extrapolated). Every number is modelled.")
-    p.add_argument("variant")
+    p.add_argument("variant", nargs="?", help="a study variant (see `mxfp4-ablation variants`)")
     p.add_argument("--shape", required=True, help="the variant's shape, e.g. M,N,K")
+    p.add_argument("--upstream", metavar="OUT_DIR", help="model upstream FlyDSL's fp4_gemm_4wave ISA from "
+                   "OUT_DIR/flydsl/<commit8>/M<M>_N<N>_K<K>.s (python -m mxfp4_ablation.upstream compile)")
+    p.add_argument("--commit", help="with --upstream: the FlyDSL commit (8+ hex digits)")
+    p.add_argument("--aiter-co", metavar="FILE", help="model aiter's hand-written a4w4 GEMM code object "
+                   "(f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256.co; needs gfx950emu.codeobject)")
     p.add_argument("--seed", type=int, default=0, help="input seed (MoE routing depends on it)")
     p.add_argument("--sample", type=int, help="simulate only this many of the first CU's workgroups")
     p.add_argument("--trace", help="write the Chrome-trace / Perfetto timeline of the sampled workgroups here")
