@@ -191,3 +191,17 @@ def test_summary_figures_from_tables(tmp_path):
         assert "modelled" in [p for p in paths if p.suffix == ".svg"][0].read_text()
     facts = A.findings("gemm", {"modelled_waterfall": wf, "modelled_published": pub}, {}, {"band_pp": 1.0})
     assert any("Modelled ladder at 8192x8192x8192" in f and "+29.50%" in f for f in facts)
+
+
+def test_committed_step_speed_figures_are_distinct_files():
+    """Every committed per-step modelled speed figure has content of its own (none is a copy)."""
+    from mxfp4_ablation import paths
+
+    files = sorted(p for p in paths.figures_dir().glob("*/*_speed_*.svg"))
+    if not files:
+        pytest.skip("no per-step modelled speed figures committed yet (make reproduce draws them)")
+    digests = {}
+    for p in files:
+        digests.setdefault(hashlib.sha256(p.read_bytes()).hexdigest(), []).append(p.name)
+    copies = [names for names in digests.values() if len(names) > 1]
+    assert not copies, f"byte-identical speed figures: {copies}"

@@ -204,6 +204,8 @@ def step_deltas(sweep_df: pd.DataFrame, pairs: Sequence[tuple[str | None, str]],
         for shape in dict.fromkeys(sweep_df.loc[sweep_df["variant"] == var, "shape"]):
             v = by[(var, shape)]
             b = by.get((base, shape)) if base else None
+            if base and b is None:  # the predecessor was not modelled at this shape
+                continue
             d = 100.0 * (v.tflops / b.tflops - 1.0) if b is not None else float("nan")
             rows.append({"label": LABEL, "variant": var, "baseline": base,
                          "switch": (switches or {}).get(var), "shape": shape,
@@ -642,10 +644,13 @@ def draw_step_delta(run_dir: Path):
     return fig
 
 
+TIMELINE_COLOURS = {"mfma": "#4d4d4d", "vmem": "#2166ac", "lds": "#5aae61", "salu": "#b2abd2", "valu": "#f4a582",
+                    "smem": "#67a9cf", "branch": "#d6604d", "nop": "#f7f7f7", "waitcnt": "#d6604d", "barrier": "#b2182b"}
+
+
 def _draw_timeline(ax, tl: pd.DataFrame, title: str) -> None:
     tracks = sorted(set(tl["track"]), key=lambda t: (("MFMA" in t), t))
-    colours = {"mfma": "#4d4d4d", "vmem": "#2166ac", "lds": "#5aae61", "salu": "#b2abd2", "valu": "#f4a582",
-               "smem": "#67a9cf", "branch": "#d6604d"}
+    colours = TIMELINE_COLOURS
     for y, track in enumerate(tracks):
         sub = tl[tl["track"] == track]
         for kind, g in sub.groupby("kind"):
@@ -685,9 +690,16 @@ def draw_step_cycles(run_dir: Path):
         sub = tl[tl["variant"] == n]
         w = int(sub["window_cycles"].iloc[0]) if len(sub) else 0
         _draw_timeline(a, sub, f"{n}: hot loop, {w} cycles (2 trips)")
-    plots.source_badge(axes[-1], "modelled", model_detail(tl if len(tl) else cyc))
+    text, colour = plots.SOURCES["modelled"]
+    fig.text(0.995, 0.985, f"{text}: {model_detail(tl if len(tl) else cyc)}", ha="right", va="top", fontsize=7,
+             color=colour, fontweight="bold")
+    kinds = sorted(set(tl["kind"])) if len(tl) else []
+    handles = [plt.Rectangle((0, 0), 1, 1, color=TIMELINE_COLOURS.get(k, "#bababa")) for k in kinds]
+    if handles:
+        axes[-1].legend(handles, kinds, fontsize=5, frameon=False, ncol=len(kinds), loc="lower right",
+                        bbox_to_anchor=(1.0, 1.06))
     fig.suptitle(f"{variant}: where the cycles go (modelled)", x=0.01, ha="left", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig
 
 
@@ -804,3 +816,58 @@ def _study_figure(study: str, draw, run_dir: Path):
 
 
 register()
+
+
+# ============================================================================ README hooks
+
+
+def readme_columns(study_name: str, run_dir: str | Path | None) -> dict:
+    """``{(variant, regime): (modelled TFLOPS text, modelled delta text)}`` from a summary run's
+    ``modelled-<study>/modelled_delta.parquet`` (GEMM at 8192^3; MoE decode at M=16, prefill at M=4096:
+    the ISA shapes); empty when the run has none. Reads files only (no FlyDSL)."""
+    if run_dir is None:
+        return {}
+    path = Path(run_dir) / f"modelled-{study_name}" / "modelled_delta.parquet"
+    if not path.is_file():
+        return {}
+    from .. import shapes as shapes_mod
+
+    d = results.read_table(path)[0]
+    if study_name == "gemm":
+        where = {None: shape_text(shapes_mod.shapes("gemm", "device")[0])}
+    else:
+        where = {r: shape_text(s[0]) for r, s in shapes_mod.by_regime("moe", "device").items()}
+    out = {}
+    for regime, shape in where.items():
+        for r in d[d["shape"] == shape].itertuples():
+            delta = "–" if r.delta_pct != r.delta_pct else f"{r.delta_pct:+.2f}% ±{r.band_pp:.1f}"
+            value = f"{r.tflops:.0f}" if r.tflops >= 100 else f"{r.tflops:.1f}"
+            out[(r.variant, regime)] = (value, delta)
+    return out
+
+
+def readme_note(study_name: str, run_dir) -> str:
+    """The line under the README table saying what the modelled columns are."""
+    path = Path(run_dir) / f"modelled-{study_name}" / "modelled_delta.parquet" if run_dir else None
+    if path is None or not path.is_file():
+        return ""
+    d = results.read_table(path)[0]
+    return (f"Modelled columns: the gfx950emu timing model ({model_detail(d)}), not measured; delta vs the "
+            f"predecessor with the model's error band ({error_band()['rule']}).")
+
+
+def findings_markers(name: str) -> tuple[str, str]:
+    cmd = "python -m mxfp4_ablation.studies readme-table"
+    return (f"<!-- {name}-modelled-findings:begin (generated: {cmd}) -->", f"<!-- {name}-modelled-findings:end -->")
+
+
+def readme_findings(study_name: str, run_dir) -> str | None:
+    """Markdown bullets generated from a summary run's modelled tables (None: the run has none)."""
+    base = Path(run_dir) / f"modelled-{study_name}" if run_dir else None
+    if base is None or not (base / "modelled_delta.parquet").is_file():
+        return None
+    tables = {p.stem: results.read_table(p)[0] for p in sorted(base.glob("*.parquet"))}
+    stats_path = base / "modelled_stats.json"
+    stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
+    band = stats.get("band") or error_band()
+    return "\n".join(f"* {f} *(modelled)*" for f in findings(study_name, tables, stats, band))
