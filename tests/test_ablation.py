@@ -205,3 +205,24 @@ def test_committed_step_speed_figures_are_distinct_files():
         digests.setdefault(hashlib.sha256(p.read_bytes()).hexdigest(), []).append(p.name)
     copies = [names for names in digests.values() if len(names) > 1]
     assert not copies, f"byte-identical speed figures: {copies}"
+
+
+def test_zero_inputs_scale_the_probe_layout():
+    import types
+
+    import torch
+
+    def make_inputs(M, N, K, seed=0):
+        return {"A": torch.ones(M, K // 2, dtype=torch.uint8), "S": torch.ones(N, K // 32, dtype=torch.uint8),
+                "C": torch.ones(M, N, dtype=torch.bfloat16), "M": M, "N": N, "tag": "x"}
+
+    z = A.zero_inputs(types.SimpleNamespace(make_inputs=make_inputs), M=1024, N=2048, K=4096)
+    assert tuple(z["A"].shape) == (1024, 2048) and tuple(z["S"].shape) == (2048, 128)
+    assert tuple(z["C"].shape) == (1024, 2048) and z["C"].dtype == torch.bfloat16 and not z["A"].any()
+    assert z["M"] == 1024 and z["N"] == 2048 and z["tag"] == "x"
+
+    def odd(M, N, K, seed=0):
+        return {"X": torch.ones(M, 300)}
+
+    with pytest.raises(ValueError, match="cannot scale X"):
+        A.zero_inputs(types.SimpleNamespace(make_inputs=odd), M=1024, N=2048, K=4096)

@@ -19,8 +19,8 @@ modelled delta ``d`` is reported as ``d +- band``; its sign is *resolved* when `
 
 Sample: GEMM workgroups are all alike, so a GEMM point models one workgroup (``sample=1``, the setting
 the validation table was made with); MoE workgroups differ (empty experts, partial blocks), so a MoE
-point models the workgroups the first CU receives, at most 16 (:data:`MOE_SAMPLE`; all of them at
-M <= 4096). The engine's modelled speed slot uses the same policy, so both share one cache entry.
+point models some of the workgroups the first CU receives (:data:`MOE_SAMPLE`: all 16 in decode, 4 in
+prefill). The engine's modelled speed slot uses the same policy, so both share one cache entry.
 """
 
 from __future__ import annotations
@@ -80,23 +80,92 @@ def model_detail(df: pd.DataFrame) -> str:
 # ============================================================================ modelling
 
 
-#: MoE: at most this many of the workgroups the first CU receives (all of them up to M=4096; a cap for M=16384)
-MOE_SAMPLE = 16
+#: MoE: how many of the workgroups the first CU receives are simulated, per regime (block_m): decode
+#: (16-row blocks) all of them (16 at M=16, cheap: the kernel is memory bound); prefill (128-row blocks,
+#: ~40 s of simulation for the 11 the first CU gets at M=4096) the first 4.
+MOE_SAMPLE = {16: 16, 128: 4}
 
 
-def default_sample(variant: str):
-    """GEMM: one workgroup (all alike; the validation's setting). MoE: the first CU's workgroups, at most
-    :data:`MOE_SAMPLE` (16 at M=16, 11 at M=4096: all of them; 16 of ~44 at M=16384)."""
-    return 1 if variant.startswith("gemm") else MOE_SAMPLE
+def default_sample(variant: str, shape: Sequence[int] | None = None):
+    """GEMM: one workgroup (all alike; the validation's setting). MoE: :data:`MOE_SAMPLE` by block_m
+    (the shape's 6th number; without one, the kernels' own rule: decode below 4096 tokens)."""
+    if variant.startswith("gemm"):
+        return 1
+    if shape is None:
+        return MOE_SAMPLE[16]
+    block_m = int(shape[5]) if len(shape) > 5 else (16 if int(shape[0]) < 4096 else 128)
+    return MOE_SAMPLE.get(block_m, MOE_SAMPLE[16])
+
+
+#: A small GEMM shape whose dims are all distinct (M, N, K, K/2, K/32): the layout of zero inputs.
+_PROBE = {"M": 512, "N": 768, "K": 2048}
+
+
+def zero_inputs(module, **shape) -> dict:
+    """Zero-filled inputs of a GEMM at ``shape``, laid out like ``module.make_inputs`` (probed at a small
+    shape whose dims are distinct, then scaled). A dense GEMM's timing does not depend on its data (no
+    data-dependent branch, address or EXEC), so the model needs no random, quantised inputs -- which cost
+    ~1 min at 16384^3. ValueError when a buffer's dims cannot be mapped."""
+    import torch
+
+    M, N, K = (int(shape[k]) for k in ("M", "N", "K"))
+    small = module.make_inputs(**_PROBE, seed=0)
+    dims = {512: M, 768: N, 2048: K, 1024: K // 2, 64: K // 32}
+    out = {}
+    for key, value in small.items():
+        if isinstance(value, torch.Tensor):
+            bad = [d for d in value.shape if d not in dims and d > 16]
+            if bad:
+                raise ValueError(f"zero_inputs: cannot scale {key} {tuple(value.shape)}")
+            out[key] = torch.zeros(tuple(dims.get(d, d) for d in value.shape), dtype=value.dtype)
+        elif key in shape:
+            out[key] = shape[key]
+        elif isinstance(value, int) and value in dims:
+            out[key] = dims[value]
+        else:
+            out[key] = value
+    return out
+
+
+_INPUTS: dict = {}  # the last MoE inputs (a sweep visits each shape's variants in a row)
+
+
+def _model(variant: str, shape: tuple, sample) -> dict:
+    """``modelled.model`` (same cache key), but a dense GEMM runs on zero inputs (see :func:`zero_inputs`)."""
+    import importlib
+    import inspect
+
+    from .. import modelled, variants
+
+    prep = modelled._prepare(variant, shape, 0)
+    v = variants.get(variant)
+    module = importlib.import_module(variants.KERNEL_MODULES[v.family])
+
+    def make_args():
+        if variant.startswith("gemm"):
+            inputs = zero_inputs(module, **prep["shape_args"])
+        else:  # MoE timing follows the routing: real inputs, built once per (family, shape) in a row
+            key = (v.family, tuple(sorted(prep["shape_args"].items())))
+            if _INPUTS.get("key") != key:
+                _INPUTS.clear()
+                _INPUTS.update(key=key, inputs=module.make_inputs(**prep["shape_args"], seed=0))
+            inputs = _INPUTS["inputs"]
+        sig = inspect.signature(module.kernel_args).parameters.values()
+        if any(p.kind is p.VAR_KEYWORD for p in sig) or v.switches & {p.name for p in sig}:
+            return module.kernel_args(inputs, **{name: True for name in sorted(v.switches)})
+        return module.kernel_args(inputs)
+
+    out = modelled.model_isa(prep["isa"], prep["grid"], prep["block"], make_args, flops=prep["flops"], sample=sample,
+                             key_extra=["variant", 0])
+    out.update(variant=prep["variant"], family=prep["family"], shape=list(shape), isa_key=prep["isa_key"], seed=0)
+    return out
 
 
 def model_row(variant: str, shape: Sequence[int], sample="auto") -> dict:
     """One modelled point as a flat row (see :data:`SWEEP_COLUMNS`)."""
-    from .. import modelled
-
-    sample = default_sample(variant) if sample == "auto" else sample
+    sample = default_sample(variant, shape) if sample == "auto" else sample
     t0 = time.perf_counter()
-    r = modelled.model(variant, tuple(int(n) for n in shape), sample=sample)
+    r = _model(variant, tuple(int(n) for n in shape), sample)
     k = r["kernel"]
     busy = r.get("mfma_busy") or [float("nan")]
     used = [b for b in busy if b > 0] or busy
@@ -117,14 +186,16 @@ def model_row(variant: str, shape: Sequence[int], sample="auto") -> dict:
 
 def sweep(points: Iterable[tuple[str, Sequence[int]]], sample="auto") -> pd.DataFrame:
     """Model every ``(variant, shape)`` (duplicates once); one row each, in order."""
-    seen, rows = set(), []
-    for variant, shape in points:
-        key = (variant, tuple(shape))
-        if key in seen:
-            continue
-        seen.add(key)
-        rows.append(model_row(variant, shape, sample))
-    return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+    todo = list(dict.fromkeys((variant, tuple(int(n) for n in shape)) for variant, shape in points))
+    # one family + shape after another, so a MoE shape's inputs are built once (see _model)
+    order = sorted(range(len(todo)), key=lambda i: (todo[i][0].split("-")[0], todo[i][1]))
+    rows = {}
+    try:
+        for i in order:
+            rows[i] = model_row(*todo[i], sample)
+    finally:
+        _INPUTS.clear()
+    return pd.DataFrame([rows[i] for i in range(len(todo))], columns=SWEEP_COLUMNS)
 
 
 def _timeline_cache(key: str) -> Path:
@@ -141,7 +212,7 @@ def timeline(variant: str, shape: Sequence[int], iterations: int = 2, sample="au
 
     from .. import modelled
 
-    sample = default_sample(variant) if sample == "auto" else sample
+    sample = default_sample(variant, shape) if sample == "auto" else sample
     prep = modelled._prepare(variant, tuple(shape), 0)
     fp = modelled.model_fingerprint()
     key = hashlib.sha256(json.dumps([prep["isa_key"], list(shape), sample, fp, iterations, variant]).encode()).hexdigest()
@@ -264,7 +335,9 @@ def verdict(claim: str, delta_pct: float, band_pp: float) -> str:
         return f"{sign}; the claim states no speed-up size"
     lo, hi = size
     hit = (delta_pct + band_pp) >= lo and (delta_pct - band_pp) <= hi
-    return f"{sign}; claimed {lo:g}-{hi:g}% faster: size {'consistent' if hit else 'not consistent'} with the model"
+    claimed = f"~{lo:g}%" if lo == hi else f"{lo:g}-{hi:g}%"
+    return (f"{sign}; the claim says {claimed} faster (in its own regime): size "
+            f"{'consistent' if hit else 'not consistent'} with the model here")
 
 
 def verdicts(deltas: pd.DataFrame, claims: dict) -> pd.DataFrame:
@@ -482,8 +555,8 @@ def _ladder_pairs(study, family: str) -> list[tuple]:
 
 def summary_plan(study) -> list[tuple[str, tuple]]:
     """Which (variant, shape) points the summary models. GEMM: every rung at PR #990's four shapes and
-    the leave-one-out variants at 8192^3. MoE: every rung and leave-one-out variant at M=16 and M=4096
-    (the ISA shapes), and the first and last rungs at all five Kimi token counts."""
+    the leave-one-out variants at 8192^3. MoE: every rung at M=16 and M=4096 (the ISA shapes), the
+    leave-one-out variants at M=4096, and the first and last rungs at all five Kimi token counts."""
     from .. import shapes as shapes_mod
 
     points = []
@@ -492,11 +565,14 @@ def summary_plan(study) -> list[tuple[str, tuple]]:
         points += [(n, s) for s in device for n in study.ladder_names("gemm")]
         points += [(n, device[0]) for n in study.leave_one_out_names("gemm")]
         return points
-    isa = [tuple(s) for r in shapes_mod.by_regime("moe", "device").values() for s in r]
+    by = shapes_mod.by_regime("moe", "device")
+    isa = [tuple(s) for r in by.values() for s in r]
+    prefill = [tuple(s) for s in by.get("prefill", [])]
     kimi = [tuple(s) for r in shapes_mod.by_regime("moe", "kimi_sweep").values() for s in r]
     for fam in study.spec.families:
         ladder = study.ladder_names(fam)
-        points += [(n, s) for s in isa for n in ladder + study.leave_one_out_names(fam)]
+        points += [(n, s) for s in isa for n in ladder]
+        points += [(n, s) for s in prefill for n in study.leave_one_out_names(fam)]
         points += [(n, s) for s in kimi for n in (ladder[0], ladder[-1])]
     return points
 
@@ -871,3 +947,49 @@ def readme_findings(study_name: str, run_dir) -> str | None:
     stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
     band = stats.get("band") or error_band()
     return "\n".join(f"* {f} *(modelled)*" for f in findings(study_name, tables, stats, band))
+
+
+# ============================================================================ CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mxfp4_ablation.studies.ablation [--study gemm|moe] [--out DIR] [--quick]``: run the
+    summary's modelled sweep (cached), write its tables, print every step's modelled delta per shape and
+    how long the sweep took (``--quick``: GEMM at 8192^3 only, MoE at M=16 and M=4096 only)."""
+    import argparse
+
+    from . import get
+
+    ap = argparse.ArgumentParser(prog="python -m mxfp4_ablation.studies.ablation")
+    ap.add_argument("--study", choices=("gemm", "moe"), action="append")
+    ap.add_argument("--out", default=None, help="folder for the tables (default: a scratch folder in the cache)")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-figures", action="store_true")
+    args = ap.parse_args(argv)
+    out = Path(args.out) if args.out else paths.cache_dir() / "scratch" / "ablation"
+    for name in args.study or ["gemm", "moe"]:
+        study = get(name)
+        points = summary_plan(study)
+        if args.quick:
+            keep = {shape_text(s) for s in default_shapes(study)[: 1 if name == "gemm" else 2]}
+            points = [p for p in points if shape_text(p[1]) in keep]
+        t0 = time.perf_counter()
+        sm = summary_section(study, out, points, render=not args.no_figures)
+        took = time.perf_counter() - t0
+        cached = int(sm.sweep["cached"].sum())
+        print(f"# {name}: {len(sm.sweep)} modelled points ({cached} from the cache) in {took:.1f} s; "
+              f"{model_detail(sm.sweep)}; band: {sm.band['rule']}")
+        cols = [c for c in ("gemm", "variant", "switch", "shape", "baseline_tflops", "tflops", "baseline_us", "us",
+                            "delta_pct", "band_pp", "resolved", "bound") if c in sm.deltas.columns]
+        print(sm.deltas[cols].to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+        for key in ("modelled_leave_one_out", "modelled_order", "modelled_moe_ratios"):
+            if key in sm.tables:
+                print(f"\n## {key}\n" + sm.tables[key].drop(columns=["pr990_text"], errors="ignore")
+                      .to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        for f in sm.findings():
+            print(f"* {f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

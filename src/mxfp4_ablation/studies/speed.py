@@ -149,7 +149,7 @@ def timing_model(variant: str, shape: tuple) -> dict:
         raise
     from .ablation import default_sample  # the sample policy of the per-step modelled deltas (one cache entry)
 
-    return module.model(variant, tuple(shape), sample=default_sample(variant))
+    return module.model(variant, tuple(shape), sample=default_sample(variant, tuple(shape)))
 
 
 #: Modelled-speed sources, tried in order; each takes ``(variant, shape)`` and returns a dict with
