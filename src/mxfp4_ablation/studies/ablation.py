@@ -292,14 +292,15 @@ def step_deltas(sweep_df: pd.DataFrame, pairs: Sequence[tuple[str | None, str]],
 
 
 def cycles_table(sweep_df: pd.DataFrame) -> pd.DataFrame:
-    """Long table ``variant, shape, reason, cycles``: per SIMD span of the sampled workgroup split into
-    MFMA-busy cycles and the exposed cycles by reason."""
+    """Long table ``variant, shape, reason, cycles``: the CU's span per SIMD over the sampled workgroups,
+    split into MFMA-busy cycles and the exposed cycles by reason (the model's ``busy + sum(exposed) =
+    span``, so busy = mfma_busy / (1 - mfma_busy) x sum(exposed))."""
     rows = []
     for r in sweep_df.itertuples():
         exposed = {x: float(getattr(r, f"exposed_{x}")) for x in REASONS}
-        span = float(r.cycles or 0)
-        rows.append({"variant": r.variant, "shape": r.shape, "reason": "mfma busy",
-                     "cycles": max(0.0, span * float(r.mfma_busy)) if span else float("nan")})
+        b = float(r.mfma_busy)
+        busy = b / (1.0 - b) * sum(exposed.values()) if 0 <= b < 1 else float("nan")
+        rows.append({"variant": r.variant, "shape": r.shape, "reason": "mfma busy", "cycles": busy})
         rows += [{"variant": r.variant, "shape": r.shape, "reason": x, "cycles": c} for x, c in exposed.items()]
     out = pd.DataFrame(rows)
     out["model_version"] = sweep_df["model_version"].iloc[0] if len(sweep_df) else None
@@ -758,7 +759,7 @@ def draw_step_cycles(run_dir: Path):
         ax.bar(range(len(names)), vals, 0.6, bottom=bottoms, color=REASON_COLOURS[reason], label=reason)
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax.set_xticks(range(len(names)), names, fontsize=6)
-    ax.set_ylabel("cycles per SIMD (sampled workgroup)", fontsize=6)
+    ax.set_ylabel("cycles per SIMD (sampled workgroups)", fontsize=6)
     ax.tick_params(axis="y", labelsize=5)
     ax.legend(fontsize=5, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(f"exposed cycles @ {cyc['shape'].iloc[0]}", loc="left", fontsize=7)
