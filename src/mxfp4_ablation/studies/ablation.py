@@ -808,13 +808,16 @@ def draw_waterfall(run_dir: Path):
                       fontsize=5, ha="right")
         ax.set_title(shape, loc="left", fontsize=7)
         ax.tick_params(axis="y", labelsize=6)
-        lo = min(float(sub["end"].min()), float(p.min()) if len(p) else 1e9)
-        ax.set_ylim(lo * 0.85, None)
-    axes[0][0].set_ylabel("TFLOPS", fontsize=7)
-    plots.source_badge(axes[0][-1], "modelled", model_detail(wf.assign(model_version=wf["model_version"])))
+    lo = min(float(wf["end"].min()), float(pub["tflops"].min()) if len(pub) else 1e12)
+    hi = max(float(wf["end"].max()), float(pub["tflops"].max()) if len(pub) else 0.0)
+    axes[0][0].set_ylim(lo * 0.85, hi * 1.06)
+    axes[0][0].set_ylabel("TFLOPS (axis from %.0f)" % (lo * 0.85), fontsize=7)
+    text, colour = plots.SOURCES["modelled"]
+    fig.text(0.995, 0.985, f"{text}: {model_detail(wf)}; orange: published (PR #990, MI355X)", ha="right", va="top",
+             fontsize=7, color=colour, fontweight="bold")
     fig.suptitle("GEMM ladder: modelled TFLOPS per step (grey/green/red) beside PR #990's published bars (orange)",
                  x=0.01, ha="left", fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
 
 
