@@ -161,6 +161,14 @@ def _model(variant: str, shape: tuple, sample) -> dict:
     return out
 
 
+def modelled_source(variant: str, shape: Sequence[int]) -> dict:
+    """The engine's modelled-speed source (:data:`speed.MODELLED_SOURCES`): ``modelled.model``'s dict at
+    this module's sample policy (GEMM on zero inputs), so a step's speed table and its deltas share one
+    cached timing run."""
+    shape = tuple(int(n) for n in shape)
+    return _model(variant, shape, default_sample(variant, shape))
+
+
 def model_row(variant: str, shape: Sequence[int], sample="auto") -> dict:
     """One modelled point as a flat row (see :data:`SWEEP_COLUMNS`)."""
     sample = default_sample(variant, shape) if sample == "auto" else sample

@@ -147,9 +147,10 @@ def timing_model(variant: str, shape: tuple) -> dict:
         if err.name == "mxfp4_ablation.modelled":
             raise NotImplementedError("the timing model (mxfp4_ablation.modelled) is not part of this checkout yet")
         raise
-    from .ablation import default_sample  # the sample policy of the per-step modelled deltas (one cache entry)
+    from .ablation import modelled_source  # the per-step deltas' source: same sample, same cache entry
 
-    return module.model(variant, tuple(shape), sample=default_sample(variant, tuple(shape)))
+    del module
+    return modelled_source(variant, tuple(shape))
 
 
 #: Modelled-speed sources, tried in order; each takes ``(variant, shape)`` and returns a dict with
