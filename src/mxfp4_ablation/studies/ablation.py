@@ -452,7 +452,8 @@ def moe_ratios(sweep_df: pd.DataFrame, firsts: dict, lasts: dict, published: pd.
                          "modelled_last_over_first": float(b.loc[shape, "us"]) / float(a.loc[shape, "us"]),
                          "published_after_over_before": pub, "bound": b.loc[shape, "bound"],
                          "model_version": b.loc[shape, "model_version"], "clock_ghz": b.loc[shape, "clock_ghz"]})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    return out.sort_values(["gemm", "M"]).reset_index(drop=True) if len(out) else out
 
 
 # ============================================================================ a step notebook's section
