@@ -241,3 +241,22 @@ def test_readme_columns_and_findings_from_a_summary_run(tmp_path):
     text = A.readme_findings("gemm", tmp_path)
     assert "gemm-v1 (agpr_acc) +25.00%" in text and "*(modelled)*" in text
     assert A.readme_columns("gemm", tmp_path / "nothing") == {} and A.readme_findings("gemm", None) is None
+
+
+def test_zero_input_gemm_timing_equals_the_real_input_timing():
+    """The dense GEMM's modelled timing does not depend on its data: zero inputs give the same cycles
+    (one small compile + two ~1 s timing runs on the CI gate shape)."""
+    pytest.importorskip("flydsl")
+    from mxfp4_ablation import modelled
+
+    shape = (256, 256, 1536)
+    real = modelled.model("gemm-v0", shape, sample=1, use_cache=False)
+    orig = modelled.model_isa
+    try:
+        modelled.model_isa = lambda *a, **k: orig(*a, **{**k, "use_cache": False})
+        zero = A._model("gemm-v0", shape, 1)
+    finally:
+        modelled.model_isa = orig
+    for key in ("cycles", "mfma_count", "cycles_per_mfma_loop", "exposed", "mfma_busy"):
+        assert zero[key] == real[key], key
+    assert zero["kernel"]["tflops"] == real["kernel"]["tflops"] and zero["label"] == "modelled"
