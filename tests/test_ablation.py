@@ -260,3 +260,18 @@ def test_zero_input_gemm_timing_equals_the_real_input_timing():
     for key in ("cycles", "mfma_count", "cycles_per_mfma_loop", "exposed", "mfma_busy"):
         assert zero[key] == real[key], key
     assert zero["kernel"]["tflops"] == real["kernel"]["tflops"] and zero["label"] == "modelled"
+
+
+def test_model_shapes_knob(monkeypatch):
+    from mxfp4_ablation.studies import gemm
+
+    monkeypatch.setenv("MXFP4_MODEL_SHAPES", "isa")
+    assert A.default_shapes(gemm.STUDY) == [(8192, 8192, 8192)]
+    assert {s for _, s in A.summary_plan(gemm.STUDY)} == {(8192, 8192, 8192)}
+    monkeypatch.setenv("MXFP4_MODEL_SHAPES", "all")
+    assert len(A.default_shapes(gemm.STUDY)) == 4
+    plan = A.summary_plan(gemm.STUDY)
+    assert len(plan) == 8 * 4 + 6 and len(set(plan)) == len(plan)
+    monkeypatch.setenv("MXFP4_MODEL_SHAPES", "some")
+    with pytest.raises(A.AblationError, match="MXFP4_MODEL_SHAPES"):
+        A.default_shapes(gemm.STUDY)

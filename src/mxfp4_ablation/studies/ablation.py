@@ -467,12 +467,23 @@ def _write(df: pd.DataFrame, path: Path, settings: dict) -> None:
     results.write_table(df, path, _prov(settings))
 
 
+def isa_only() -> bool:
+    """``MXFP4_MODEL_SHAPES=isa``: model at the ISA shapes only (GEMM 8192^3; MoE M=16 and M=4096), for a
+    machine where the full grid is too slow; default ``all``."""
+    import os
+
+    value = os.environ.get("MXFP4_MODEL_SHAPES", "all")
+    if value not in ("all", "isa"):
+        raise AblationError(f"MXFP4_MODEL_SHAPES must be 'all' or 'isa', got {value!r}")
+    return value == "isa"
+
+
 def default_shapes(study) -> list[tuple]:
     """GEMM: PR #990's four shapes; MoE: Kimi-K2.5 TP=4 at M=16 (decode) and M=4096 (prefill)."""
     from .. import shapes as shapes_mod
 
     if study.name == "gemm":
-        return [tuple(s) for s in shapes_mod.shapes("gemm", "device")]
+        return [tuple(s) for s in shapes_mod.shapes("gemm", "device")][: 1 if isa_only() else None]
     return [tuple(s) for regime in shapes_mod.by_regime("moe", "device").values() for s in regime]
 
 
@@ -578,7 +589,7 @@ def summary_plan(study) -> list[tuple[str, tuple]]:
 
     points = []
     if study.name == "gemm":
-        device = [tuple(s) for s in shapes_mod.shapes("gemm", "device")]
+        device = default_shapes(study)
         points += [(n, s) for s in device for n in study.ladder_names("gemm")]
         points += [(n, device[0]) for n in study.leave_one_out_names("gemm")]
         return points
@@ -586,7 +597,7 @@ def summary_plan(study) -> list[tuple[str, tuple]]:
     isa = [tuple(s) for r in by.values() for s in r]
     prefill = [tuple(s) for s in by.get("prefill", [])]
     kimi = [tuple(s) for r in shapes_mod.by_regime("moe", "kimi_sweep").values() for s in r
-            if int(s[0]) <= MOE_MAX_TOKENS]
+            if int(s[0]) <= MOE_MAX_TOKENS and not isa_only()]
     for fam in study.spec.families:
         ladder = study.ladder_names(fam)
         points += [(n, s) for s in isa for n in ladder]
