@@ -26,6 +26,7 @@ prefill). The engine's modelled speed slot uses the same policy, so both share o
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import json
 import math
@@ -154,6 +155,7 @@ def _model(variant: str, shape: tuple, sample) -> dict:
             key = (v.family, tuple(sorted(prep["shape_args"].items())))
             if _INPUTS.get("key") != key:
                 _INPUTS.clear()
+                gc.collect()  # the previous shape's inputs (GBs at the Kimi shape) go before the next are built
                 _INPUTS.update(key=key, inputs=module.make_inputs(**prep["shape_args"], seed=0))
             inputs = _INPUTS["inputs"]
         sig = inspect.signature(module.kernel_args).parameters.values()
