@@ -275,3 +275,10 @@ def test_model_shapes_knob(monkeypatch):
     monkeypatch.setenv("MXFP4_MODEL_SHAPES", "some")
     with pytest.raises(A.AblationError, match="MXFP4_MODEL_SHAPES"):
         A.default_shapes(gemm.STUDY)
+
+
+def test_verdict_says_when_the_memory_floor_binds_both():
+    d = pd.DataFrame([{"variant": "moe2-v1", "switch": "int64_abi", "shape": "16x385", "delta_pct": 0.0,
+                       "band_pp": 6.0, "bound": "memory", "baseline_bound": "memory"}])
+    v = A.verdicts(d, {"moe2-v1": "~7 % faster at decode"})
+    assert "memory-bound" in v["verdict"].iloc[0] and v["claimed_pct"].iloc[0] == "7-7"

@@ -362,10 +362,13 @@ def verdicts(deltas: pd.DataFrame, claims: dict) -> pd.DataFrame:
     rows = []
     for r in deltas.itertuples():
         claim = claims.get(r.variant, "")
+        line = verdict(claim, r.delta_pct, r.band_pp)
+        if getattr(r, "bound", None) == "memory" and getattr(r, "baseline_bound", None) == "memory":
+            line += "; both are memory-bound in the model (its memory floor hides issue-side changes)"
         rows.append({"label": LABEL, "variant": r.variant, "switch": r.switch, "shape": r.shape,
                      "claim": claim, "delta_pct": r.delta_pct, "band_pp": r.band_pp,
                      "claimed_pct": (lambda s: None if s is None else f"{s[0]:g}-{s[1]:g}")(claimed_speedup(claim)),
-                     "verdict": verdict(claim, r.delta_pct, r.band_pp)})
+                     "verdict": line})
     return pd.DataFrame(rows)
 
 
