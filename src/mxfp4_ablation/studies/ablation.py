@@ -431,7 +431,7 @@ def order_of_impact(deltas: pd.DataFrame, loo: pd.DataFrame | None, shape: str,
     ok = df.dropna(subset=["modelled_step_delta_pct"])
     okl = df.dropna(subset=["modelled_loo_loss_pct"])
     stats = {"rho_step": spearman(ok["pr990_rank"], ok["modelled_step_rank"]),
-             "rho_loo": spearman(okl["pr990_rank"], okl["modelled_loo_rank"]), "n": len(ok),
+             "rho_loo": spearman(okl["pr990_rank"], okl["modelled_loo_rank"]), "n": len(ok), "n_loo": len(okl),
              "source": PR990_URL}
     return df, stats
 
@@ -706,7 +706,8 @@ def findings(study: str, tables: dict, stats: dict, band: dict) -> list[str]:
     o = stats.get("order")
     if o:
         out.append(f"PR #990's impact order vs the modelled step deltas over its {o['n']} ranked switches we map: "
-                   f"Spearman rho = {o['rho_step']:.2f} (leave-one-out losses: {o['rho_loo']:.2f}).")
+                   f"Spearman rho = {o['rho_step']:.2f} (leave-one-out losses, {o.get('n_loo', '?')} switches with a "
+                   f"leave-one-out variant: {o['rho_loo']:.2f}).")
     r = tables.get("modelled_moe_ratios")
     if r is not None and len(r):
         parts = [f"{x.gemm} M={x.M}: {x.modelled_last_over_first:.3f}" +
