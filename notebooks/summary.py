@@ -33,6 +33,7 @@ shapes = None  # correctness/timing shapes of the leave-one-out variants; None: 
 seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
 verify_leave_one_out = True
+modelled = True  # the timing model's per-step deltas, waterfall, leave-one-out, order of impact, MoE ratios
 fidelity = True  # first/last rungs vs the seeds' before/after kernels (where mxfp4_ablation.fidelity exists)
 
 # %%
@@ -84,6 +85,44 @@ report.correctness
 # %%
 display(report.measured if report.measured is not None else gemm.published_wide())
 display(report.figure("tflops"))
+
+# %% [markdown]
+# ## What each step buys, *modelled* (GEMM)
+# The gfx950emu timing model over every rung at PR #990's four shapes and every leave-one-out variant at
+# 8192^3 (labelled *modelled* with the model's version and clock; never measured). The waterfall adds
+# each step's modelled delta from `gemm-v0` to `gemm-v7`, beside PR #990's published before / after /
+# aiter-asm bars (orange, *published*); one panel per shape.
+
+# %%
+from mxfp4_ablation.studies import ablation
+
+gemm_model = ablation.summary_section(gemm.STUDY, report.out_dir) if modelled else None
+if gemm_model:
+    display(Markdown(f"Error band of a modelled delta: {gemm_model.band['rule']}."))
+    display(gemm_model.deltas[["variant", "switch", "shape", "baseline_tflops", "tflops", "delta_pct", "band_pp",
+                               "resolved", "bound", "model_version", "clock_ghz"]])
+    display(gemm_model.figure("modelled_waterfall"))
+
+# %% [markdown]
+# ### Leave-one-out, modelled: what removing each switch from `gemm-v7` costs
+
+# %%
+if gemm_model:
+    display(gemm_model.tables["modelled_leave_one_out"])
+    display(gemm_model.figure("modelled_leave_one_out"))
+
+# %% [markdown]
+# ### Order of impact: PR #990's list ("roughly in descending order of impact") against the model
+# The PR ranks serpentine, scale through LDS, the m0 idiom and the wide epilogue in that order (the items
+# we could read; `agpr_acc` is PR #756's). Spearman's rho of the PR's rank against the modelled step delta
+# and the modelled leave-one-out loss at 8192^3:
+
+# %%
+if gemm_model:
+    display(gemm_model.tables["modelled_order"])
+    display(Markdown(f"rho (step deltas) = {gemm_model.stats['order']['rho_step']:.2f}, rho (leave-one-out) = "
+                     f"{gemm_model.stats['order']['rho_loo']:.2f} over {gemm_model.stats['order']['n']} switches"))
+    display(Markdown("\n".join(f"* {f}" for f in gemm_model.findings())))
 
 # %% [markdown]
 # ## Fidelity: does the ladder start at the seed's "before" and end at its "after"?
@@ -159,6 +198,24 @@ moe_report.correctness
 # %%
 display(moe_report.measured if moe_report.measured is not None else moe.published_wide())
 display(moe_report.figure("published_ratios"))
+
+# %% [markdown]
+# ### MoE, *modelled*: last rung / first rung per token count, beside aiter PR #3828
+# Modelled time of `moe1-v2` / `moe1-v0` (gemm1) and `moe2-v4` / `moe2-v0` (gemm2) at the Kimi-K2.5 TP=4
+# shape for M = 16, 128, 1024 (decode, block_m 16) and 4096 (prefill, block_m 128; M=16384 is left out:
+# building its inputs exceeds the memory of a 24 GB machine). The
+# published column is PR #3828's change of its FlyDSL-time / HIP-time ratio, after / before (the HIP time
+# cancels), where the PR states one.
+
+# %%
+moe_model = ablation.summary_section(moe.STUDY, report.out_dir) if modelled else None
+if moe_model:
+    display(moe_model.tables["modelled_moe_ratios"])
+    display(moe_model.figure("modelled_ratios"))
+    display(moe_model.deltas[["gemm", "variant", "switch", "shape", "baseline_us", "us", "delta_pct", "band_pp",
+                              "bound", "model_version", "clock_ghz"]])
+    display(moe_model.figure("modelled_leave_one_out"))
+    display(Markdown("\n".join(f"* {f}" for f in moe_model.findings())))
 
 # %% [markdown]
 # ### MoE fidelity: first/last rungs against aiter's kernels before and after PR #3828

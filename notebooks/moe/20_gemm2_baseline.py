@@ -76,3 +76,36 @@ step.speed_table()
 
 # %%
 step.figure("speed")
+
+# %% [markdown]
+# ## What this step buys, *modelled*
+# The gfx950emu timing model (every value labelled *modelled*, with the model's version and clock; never
+# measured): the step and its predecessor at the Kimi-K2.5 TP=4 shape, decode (M=16) and prefill (M=4096); the delta in % with the model's error band (the
+# rule is printed below, from `experiments/reference/timing_validation.csv`) and what bounds it.
+
+# %%
+from IPython.display import Markdown, display
+
+from mxfp4_ablation.studies import ablation
+
+model = ablation.step_section(step) if modelled else None
+display(model.table() if model else Markdown("*Not modelled in this run* (`modelled = False`)."))
+if model:
+    display(Markdown(f"Error band: {model.band['rule']}."))
+
+# %% [markdown]
+# The seed's claim for this step, and whether the model sees it (sign; size where the claim states one):
+
+# %%
+if model:
+    display(Markdown(model.verdict_lines()))
+    display(model.figure("speed_delta"))
+
+# %% [markdown]
+# ### Where the cycles go (modelled)
+# MFMA-busy and exposed cycles by reason per SIMD (predecessor | step), and two trips of the hot loop
+# (4 waves + the MFMA pipes) side by side.
+
+# %%
+if model:
+    display(model.figure("speed_cycles"))

@@ -147,7 +147,10 @@ def timing_model(variant: str, shape: tuple) -> dict:
         if err.name == "mxfp4_ablation.modelled":
             raise NotImplementedError("the timing model (mxfp4_ablation.modelled) is not part of this checkout yet")
         raise
-    return module.model(variant, tuple(shape))
+    from .ablation import modelled_source  # the per-step deltas' source: same sample, same cache entry
+
+    del module
+    return modelled_source(variant, tuple(shape))
 
 
 #: Modelled-speed sources, tried in order; each takes ``(variant, shape)`` and returns a dict with

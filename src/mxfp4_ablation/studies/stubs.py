@@ -101,6 +101,45 @@ step.figure("speed")
 '''
 
 
+#: The modelled speed section (:mod:`mxfp4_ablation.studies.ablation`, #13), appended to every step.
+MODELLED = """
+# %% [markdown]
+# ## What this step buys, *modelled*
+# The gfx950emu timing model (every value labelled *modelled*, with the model's version and clock; never
+# measured): the step and its predecessor at @WHERE@; the delta in % with the model's error band (the
+# rule is printed below, from `experiments/reference/timing_validation.csv`) and what bounds it.
+
+# %%
+from IPython.display import Markdown, display
+
+from mxfp4_ablation.studies import ablation
+
+model = ablation.step_section(step) if modelled else None
+display(model.table() if model else Markdown("*Not modelled in this run* (`modelled = False`)."))
+if model:
+    display(Markdown(f"Error band: {model.band['rule']}."))
+
+# %% [markdown]
+# The seed's claim for this step, and whether the model sees it (sign; size where the claim states one):
+
+# %%
+if model:
+    display(Markdown(model.verdict_lines()))
+    display(model.figure("speed_delta"))
+
+# %% [markdown]
+# ### Where the cycles go (modelled)
+# MFMA-busy and exposed cycles by reason per SIMD (predecessor | step), and two trips of the hot loop
+# (4 waves + the MFMA pipes) side by side.
+
+# %%
+if model:
+    display(model.figure("speed_cycles"))
+"""
+WHERE = {"gemm": "PR #990's four shapes",
+         "moe": "the Kimi-K2.5 TP=4 shape, decode (M=16) and prefill (M=4096)"}
+
+
 def render(study: str, variant: str, title: str, sentence: str) -> str:
     """The notebook text of one step."""
     if study not in PARAMETERS:
@@ -111,7 +150,7 @@ def render(study: str, variant: str, title: str, sentence: str) -> str:
             "out_dir = None  # set by the runner: the run folder this notebook writes into\n"
             'mode = "emulated"  # device | emulated | static (set by the runner)\n'
             f'variant = "{variant}"\n' + params)
-    return HEADER + head + BODY.format(study=study, call=call)
+    return HEADER + head + BODY.format(study=study, call=call) + MODELLED.replace("@WHERE@", WHERE[study])
 
 
 def _wrap(text: str, width: int = 100) -> list[str]:
