@@ -4,7 +4,8 @@
 ``emulated`` no gfx950: kernels are verified in the gfx950emu emulator; speed comes from static ISA
              metrics and published figures, labelled as such.
 ``static``   compile + ISA metrics only (no emulator available).
-``published`` is not a run mode: it labels figures we cite (experiments/reference/*.csv).
+``modelled`` and ``published`` are not run modes: they label rows and figures from the gfx950emu
+timing model (with its version and clock) and figures we cite (experiments/reference/*.csv).
 Auto-detected; the ``MODE`` environment variable overrides (``make reproduce MODE=static``).
 """
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from .errors import UsageError
 
 MODES = ("device", "emulated", "static")
-LABELS = ("device", "emulated", "static", "published")
+LABELS = ("device", "emulated", "static", "modelled", "published")
 
 
 @dataclass(frozen=True)

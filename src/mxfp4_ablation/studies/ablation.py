@@ -465,7 +465,7 @@ def moe_ratios(sweep_df: pd.DataFrame, firsts: dict, lasts: dict, published: pd.
 
 
 def _prov(settings: dict) -> dict:
-    return provenance.collect("static", settings={"kind": LABEL, **settings})
+    return provenance.collect("modelled", settings={"kind": LABEL, **settings})
 
 
 def _write(df: pd.DataFrame, path: Path, settings: dict) -> None:
