@@ -563,6 +563,7 @@ def _make_stats(prog, results):
 # ---------------------------------------------------------------- timing ----
 def _launch_timing(L, wgs, hazards, flops, sample, overrides, trace, t0):
     from . import timing as T
+    from .hazards import EventLog
     if hazards != "off":
         raise ValueError("timing=True runs without the hazard checker; pass hazards='off' (check hazards in a plain launch)")
     prog = L.prog
@@ -571,12 +572,17 @@ def _launch_timing(L, wgs, hazards, flops, sample, overrides, trace, t0):
     priv = int(prog.descriptor.get("private_segment_fixed_size", 0) or 0)
     done = []
 
+    logs = []
+
     def make_waves(wg):
         lds = np.zeros((L.lds_size + 3) // 4 * 4, dtype=np.uint8)
         lds32 = lds.view(np.uint32)
+        log = EventLog("off", lds.size, wg)     # LDS outside the allocation, out-of-range buffer lanes
+        logs.append(log)
         waves = []
         for i in range(nwaves):
             w = Wave(i, lds, lds32, L.mem, len(prog.decoded))
+            w.log = log
             if priv:
                 w.scratch = np.zeros((64, (priv + 3) // 4 * 4), dtype=np.uint8)
             _init_wave(L, w, wg, i)
@@ -591,7 +597,12 @@ def _launch_timing(L, wgs, hazards, flops, sample, overrides, trace, t0):
         touched.detach()
     L.write_back()
     results = [(wg, [w.counts[:-1] for w in ws]) for wg, ws in done]
-    return Result([], _make_stats(prog, results), time.perf_counter() - t0, timing)
+    stats = _make_stats(prog, results)
+    oob = {}
+    for log in logs:
+        _add_oob(oob, log.out_of_range)
+    stats.out_of_range = oob
+    return Result([r for log in logs for r in log.reports], stats, time.perf_counter() - t0, timing)
 
 
 # ---------------------------------------------------------------- launch ----
