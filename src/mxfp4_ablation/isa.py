@@ -41,6 +41,8 @@ __all__ = [
     "unified_vgprs",
     "METRIC_KEYS",
     "SCALAR_KEYS",
+    "fingerprint",
+    "FINGERPRINT_KEYS",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -836,3 +838,98 @@ def diff_table(metrics_a: dict[str, Any], metrics_b: dict[str, Any], *, changed_
             rows.append({"section": section, "name": str(name), **cmp})
     frame = pd.DataFrame(rows, columns=["section", "name", "a", "b", "delta", "ratio"])
     return frame
+
+
+# --------------------------------------------------------------------------------------------
+# Fingerprints: the one metric set kernels are compared by across projects (ours vs upstream)
+# --------------------------------------------------------------------------------------------
+
+#: Store widths (bytes per lane) that always get a ``buffer_store_b<N>`` key, so every
+#: fingerprint has the same keys.
+FINGERPRINT_STORE_WIDTHS = (1, 2, 4, 8, 12, 16)
+
+#: The keys of :func:`fingerprint`, in order (defined there).
+FINGERPRINT_KEYS = (
+    "vgpr_unified", "arch_vgpr", "agpr", "sgpr", "lds_bytes", "kernarg_bytes",
+    "instructions", "mfma", "s_waitcnt", "s_waitcnt_per_128_mfma",
+    "loop_instructions", "loop_mfma", "loop_s_waitcnt",
+    "loop_instructions_per_128_mfma", "loop_s_waitcnt_per_128_mfma",
+    "s_barrier", "insts_before_first_buffer_load",
+    "buffer_store", *(f"buffer_store_b{w}" for w in FINGERPRINT_STORE_WIDTHS), "global_store", "global_atomic",
+    "v_accvgpr_write", "v_accvgpr_read", "v_readfirstlane", "m0_writes", "s_load",
+    "ds_read", "ds_write", "v_permlane",
+    "v_exp_f32", "v_ldexp_f32", "mad_64", "sign_fixes",
+)
+
+
+def _per_128(count: int | None, mfma: int | None) -> float | None:
+    if count is None or not mfma:
+        return None
+    return round(count * 128 / mfma, 3)
+
+
+def fingerprint(isa_text: Any, kernel: str | None = None) -> dict[str, int | float | None]:
+    """One kernel reduced to the flat set of numbers used to compare it with another project's
+    kernel (``experiments/reference/fingerprints.csv``, :mod:`mxfp4_ablation.fidelity`); keys are
+    :data:`FINGERPRINT_KEYS`, values ints, floats or None (not applicable). Static counts over the
+    kernel's instructions, inline asm included.
+
+    Taken from :func:`metrics` (same definitions): ``vgpr_unified``, ``arch_vgpr``, ``agpr``,
+    ``sgpr``, ``lds_bytes``, ``instructions``, ``mfma``, ``s_waitcnt``, ``s_barrier``, the hot
+    loop's ``loop_instructions`` / ``loop_mfma`` / ``loop_s_waitcnt``,
+    ``insts_before_first_buffer_load``, ``v_accvgpr_write`` / ``v_accvgpr_read``.
+
+    Added here:
+
+    * ``kernarg_bytes``: ``.amdhsa_kernarg_size`` (else metadata ``.kernarg_segment_size``).
+    * ``s_waitcnt_per_128_mfma``, ``loop_s_waitcnt_per_128_mfma``, ``loop_instructions_per_128_mfma``:
+      the count times 128 over the MFMAs of the same region (kernel / hot loop), so kernels that
+      unroll differently compare per unit of matrix work (128 MFMAs = one 256-deep K step of a
+      128x128 wave tile of 16x16x128 MFMAs); None without MFMAs (or without a loop).
+    * ``buffer_store``: all ``buffer_store_*`` with a known width; ``buffer_store_b<N>`` those of
+      N bytes per lane (see :func:`store_width`), for N in :data:`FINGERPRINT_STORE_WIDTHS`.
+    * ``global_store`` (``global_store_*``), ``global_atomic`` (``global_atomic_*``, e.g. the
+      atomic bf16 adds of a MoE gemm2).
+    * ``v_readfirstlane``: ``v_readfirstlane_*``; ``m0_writes``: scalar/readfirstlane instructions
+      whose destination is ``m0`` (``s_mov_b32 m0, ...``: the LDS-DMA base and friends).
+    * ``s_load``: scalar memory loads ``s_load_*`` (kernel arguments and other constants).
+    * ``ds_read`` / ``ds_write``: LDS reads ``ds_read*`` / writes ``ds_write*``;
+      ``v_permlane``: ``v_permlane*`` (cross-lane swaps).
+    * For the MoE kernels: ``v_exp_f32`` and ``v_ldexp_f32`` (hardware exp2 vs the library
+      expansion), ``mad_64`` (64-bit multiply-adds ``v_mad_u64_u32`` + ``v_mad_i64_i32``: address
+      arithmetic), ``sign_fixes`` (``s_ashr_i32`` + ``v_ashrrev_i32``: the sign fix-ups of signed
+      division and extension).
+    """
+    k = _kernel_of(isa_text, kernel)
+    m = metrics(k)
+    insts = k.instructions
+    hist = m["opcode_histogram"]
+
+    def count(*prefixes: str) -> int:
+        return sum(c for op, c in hist.items() if op.startswith(prefixes))
+
+    stores = m["buffer_store_by_width"]
+    kernarg = _first_int(k.descriptor.get("kernarg_size"), k.metadata.get(".kernarg_segment_size"))
+    m0 = sum(1 for i in insts if i.operands and i.operands[0] == "m0"
+             and (i.opcode.startswith("s_") or i.opcode.startswith("v_readfirstlane")))
+    out: dict[str, int | float | None] = {
+        "vgpr_unified": m["vgpr_unified"], "arch_vgpr": m["arch_vgpr"], "agpr": m["agpr"], "sgpr": m["sgpr"],
+        "lds_bytes": m["lds_bytes"], "kernarg_bytes": kernarg,
+        "instructions": m["instructions"], "mfma": m["mfma"], "s_waitcnt": m["s_waitcnt"],
+        "s_waitcnt_per_128_mfma": _per_128(m["s_waitcnt"], m["mfma"]),
+        "loop_instructions": m["loop_instructions"], "loop_mfma": m["loop_mfma"],
+        "loop_s_waitcnt": m["loop_s_waitcnt"],
+        "loop_instructions_per_128_mfma": _per_128(m["loop_instructions"], m["loop_mfma"]),
+        "loop_s_waitcnt_per_128_mfma": _per_128(m["loop_s_waitcnt"], m["loop_mfma"]),
+        "s_barrier": m["s_barrier"], "insts_before_first_buffer_load": m["insts_before_first_buffer_load"],
+        "buffer_store": sum(stores.values()),
+        **{f"buffer_store_b{w}": stores.get(w, 0) for w in FINGERPRINT_STORE_WIDTHS},
+        "global_store": count("global_store_"), "global_atomic": count("global_atomic_"),
+        "v_accvgpr_write": m["v_accvgpr_write"], "v_accvgpr_read": m["v_accvgpr_read"],
+        "v_readfirstlane": count("v_readfirstlane"), "m0_writes": m0, "s_load": count("s_load_"),
+        "ds_read": count("ds_read"), "ds_write": count("ds_write"), "v_permlane": count("v_permlane"),
+        "v_exp_f32": count("v_exp_f32"), "v_ldexp_f32": count("v_ldexp_f32"),
+        "mad_64": count("v_mad_u64_u32", "v_mad_i64_i32"), "sign_fixes": count("s_ashr_i32", "v_ashrrev_i32"),
+    }
+    assert tuple(out) == FINGERPRINT_KEYS
+    return out

@@ -1,0 +1,347 @@
+"""Fidelity: how close each ladder's first and last rungs come to the seed's "before" and "after".
+
+An ablation of an upstream change decomposes it only if its first rung is the kernel the change
+started from and its last rung the kernel it merged. This module compares, metric by metric
+(:func:`mxfp4_ablation.isa.fingerprint`), our rungs with the upstream kernels whose fingerprints are
+committed in ``experiments/reference/fingerprints.csv`` (made by :mod:`mxfp4_ablation.upstream`;
+no upstream checkout is needed here):
+
+* :data:`SEEDS`: per seed (kernel family) the upstream source, the before/after commits, the
+  upstream stage and the band (GEMM 10 %, MoE 15 %);
+* :func:`fidelity_table`: the long table ``seed, stage, case, pair, metric, upstream_commit,
+  upstream, variant, ours, diff_pct, band_pct, within_band`` (``pair`` = ``first~before`` or
+  ``last~after``), compiling our rungs with :mod:`mxfp4_ablation.toolchain` at the upstream shapes;
+* :func:`summary`: per (seed, case, pair) how many metrics fall inside the band;
+* :func:`plot_fidelity`: the % differences as a deterministic figure (``plots`` conventions).
+
+``diff_pct`` is ``100 * (ours - upstream) / upstream``; when upstream is 0 it is 0 if ours is 0 too,
+else infinite (outside any band); a metric neither kernel has (both None: e.g. hot-loop counts of
+two loop-free kernels) is left out, one that only one has is outside the band with no percentage.
+Every number here is *static* (counted in the ISA), labelled so in the figure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from . import isa, paths, plots, toolchain, variants
+
+
+class FidelityError(ValueError):
+    """Bad input to the fidelity view; the message is meant for the user."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Seed:
+    """One upstream change our ladder decomposes."""
+
+    family: str  # variants.KERNEL_MODULES key
+    source: str  # "flydsl" | "aiter" (fingerprints.csv ``source``)
+    stage: str  # fingerprints.csv ``stage``
+    before: str  # upstream commit the change started from (full id)
+    after: str  # the change's merge (full id)
+    first: str  # our rung that should match ``before``
+    band_pct: float
+    pr: str
+
+    def last(self) -> str:
+        """Our rung that should match ``after``: the family's last ladder rung."""
+        ladder = [n for n, v in variants.all_variants().items() if v.family == self.family and v.kind == "ladder"]
+        if not ladder:
+            raise FidelityError(f"kernel family {self.family!r} has no ladder")
+        return ladder[-1]
+
+
+FLYDSL_BEFORE = "daee90e485e7e872c54a2ebd147228219f0b367e"
+FLYDSL_AFTER = "741f3d6d322182b451f7b48600385ec9a5415794"
+AITER_BEFORE = "46ecc4489dfd9935c6877665eeae480f54d010b4"
+AITER_AFTER = "b242ba66a610c02018daa55a5c9c9bdc33a5dabf"
+
+#: The seeds. GEMM: our first rung is ``gemm-v1`` (AGPR accumulators, which FlyDSL had before PR
+#: #990: they came with FlyDSL PR #756); ``gemm-v0`` is our own no-AGPR baseline, not upstream's.
+SEEDS: dict[str, Seed] = {
+    "gemm": Seed("gemm", "flydsl", "gemm", FLYDSL_BEFORE, FLYDSL_AFTER, "gemm-v1", 10.0, "FlyDSL PR #990"),
+    "moe1": Seed("moe1", "aiter", "gemm1", AITER_BEFORE, AITER_AFTER, "moe1-v0", 15.0, "aiter PR #3828"),
+    "moe2": Seed("moe2", "aiter", "gemm2", AITER_BEFORE, AITER_AFTER, "moe2-v0", 15.0, "aiter PR #3828"),
+}
+
+COLUMNS = ("seed", "stage", "case", "pair", "metric", "upstream_commit", "upstream", "variant", "ours",
+           "diff_pct", "band_pct", "within_band")
+
+PAIRS = ("first~before", "last~after")
+
+
+# ------------------------------------------------------------------------------------ inputs
+
+
+def load_fingerprints(path: str | Path | None = None) -> pd.DataFrame:
+    """The committed upstream fingerprints (``experiments/reference/fingerprints.csv``)."""
+    path = Path(path) if path is not None else paths.reference_dir() / "fingerprints.csv"
+    if not path.is_file():
+        raise FidelityError(f"no upstream fingerprints at {path} (make them with `python -m "
+                            "mxfp4_ablation.upstream fingerprints`, see experiments/reference/README.md).")
+    df = pd.read_csv(path, dtype={"commit": str, "regime": str, "config": str, "note": str},
+                     keep_default_na=False, na_values={"value": [""]})
+    missing = {"source", "commit", "stage", "regime", "shape", "metric", "value"} - set(df.columns)
+    if missing:
+        raise FidelityError(f"{path} lacks the columns {', '.join(sorted(missing))}.")
+    return df
+
+
+def case_label(row: Mapping[str, Any]) -> str:
+    """``"8192x8192x8192"`` for a GEMM row, ``"decode"``/``"prefill"`` for a MoE row."""
+    if row.get("regime"):
+        return str(row["regime"])
+    return "x".join(v for _, v in _shape_items(str(row["shape"])))
+
+
+def _shape_items(text: str) -> list[tuple[str, str]]:
+    items = re.findall(r"(\w+)=(\d+)", text)
+    if not items:
+        raise FidelityError(f"unreadable shape {text!r} in the fingerprints table")
+    return items
+
+
+def our_shape(seed: Seed, shape_text: str) -> tuple[int, ...]:
+    """Our kernel's shape tuple for an upstream row's shape: ``(M, N, K)`` for the GEMM,
+    ``(tokens, experts, hidden, inter, topk, block_m)`` for the MoE."""
+    got = dict(_shape_items(shape_text))
+    names = ("M", "N", "K") if seed.family == "gemm" else ("tokens", "experts", "hidden", "inter", "topk", "BM")
+    try:
+        return tuple(int(got[n]) for n in names)
+    except KeyError as err:
+        raise FidelityError(f"shape {shape_text!r} has no {err.args[0]} for the {seed.family} seed") from None
+
+
+def upstream_cases(df: pd.DataFrame, seed: Seed) -> dict[str, str]:
+    """Case label -> upstream shape text, for the cases where both commits were fingerprinted."""
+    rows = df[(df["source"] == seed.source) & (df["stage"] == seed.stage)]
+    out = {}
+    for (regime, shape), group in rows.groupby(["regime", "shape"], sort=False):
+        if {seed.before, seed.after} <= set(group["commit"]):
+            out[case_label({"regime": regime, "shape": shape})] = shape
+    return out
+
+
+def our_fingerprints(requests: Sequence[tuple[str, tuple[int, ...]]]) -> dict[tuple[str, tuple[int, ...]], dict]:
+    """Compile ``(variant, shape)`` pairs (one toolchain worker for the cache misses) -> fingerprints."""
+    vs = [(variants.get(name), shape) for name, shape in requests]
+    arts = toolchain.compile_many([(v.target, v.params(tuple(shape))) for v, shape in vs])
+    return {(name, tuple(shape)): isa.fingerprint(art.isa) for (name, shape), art in zip(requests, arts)}
+
+
+# ------------------------------------------------------------------------------------ comparing
+
+
+def compare(upstream: Any, ours: Any, band_pct: float) -> tuple[float | None, bool] | None:
+    """``(diff_pct, within_band)`` of one metric, or None when neither kernel has it."""
+    up = None if upstream is None or (isinstance(upstream, float) and math.isnan(upstream)) else float(upstream)
+    me = None if ours is None or (isinstance(ours, float) and math.isnan(ours)) else float(ours)
+    if up is None and me is None:
+        return None
+    if up is None or me is None:
+        return None, False
+    if up == 0:
+        pct = 0.0 if me == 0 else math.copysign(math.inf, me)
+    else:
+        pct = 100.0 * (me - up) / abs(up)
+    return round(pct, 2), abs(pct) <= band_pct + 1e-9
+
+
+def fidelity_table(seeds: Sequence[str] | None = None, *, fingerprints: pd.DataFrame | str | Path | None = None,
+                   ours: Mapping[tuple[str, tuple[int, ...]], Mapping[str, Any]] | None = None,
+                   cases: Sequence[str] | None = None, rungs: Mapping[str, tuple[str, str]] | None = None
+                   ) -> pd.DataFrame:
+    """Per seed and upstream case: our first rung vs upstream before, our last rung vs upstream
+    after, every fingerprint metric (long table, :data:`COLUMNS`).
+
+    ``fingerprints``: the upstream table (default: the committed CSV). ``ours``: precomputed
+    fingerprints by ``(variant, shape tuple)``; missing ones are compiled. ``cases`` limits the
+    case labels (e.g. ``["8192x8192x8192", "decode"]``); ``rungs`` overrides ``{seed: (first, last)}``.
+    """
+    df = fingerprints if isinstance(fingerprints, pd.DataFrame) else load_fingerprints(fingerprints)
+    names = list(seeds) if seeds is not None else list(SEEDS)
+    unknown = [n for n in names if n not in SEEDS]
+    if unknown:
+        raise FidelityError(f"unknown seed(s) {', '.join(unknown)} (known: {', '.join(SEEDS)})")
+    plan = []  # (seed name, Seed, case, shape text, first, last)
+    for name in names:
+        seed = SEEDS[name]
+        first, last = (rungs or {}).get(name, (seed.first, None))
+        last = last or seed.last()
+        for label, shape in upstream_cases(df, seed).items():
+            if cases is None or label in cases:
+                plan.append((name, seed, label, shape, first, last))
+    if not plan:
+        raise FidelityError("no upstream case to compare (the fingerprints table has no before+after pair "
+                            f"for {', '.join(names)}{' at ' + ', '.join(cases) if cases else ''}).")
+    have = dict(ours or {})
+    need = []
+    for _, seed, _, shape, first, last in plan:
+        for variant in (first, last):
+            key = (variant, our_shape(seed, shape))
+            if key not in have and key not in need:
+                need.append(key)
+    if need:
+        have.update(our_fingerprints(need))
+    rows = []
+    for name, seed, label, shape, first, last in plan:
+        for pair, commit, variant in (("first~before", seed.before, first), ("last~after", seed.after, last)):
+            up = df[(df["source"] == seed.source) & (df["stage"] == seed.stage) & (df["shape"] == shape)
+                     & (df["commit"] == commit)]
+            up_values = dict(zip(up["metric"], up["value"]))
+            mine = have[(variant, our_shape(seed, shape))]
+            for metric in isa.FINGERPRINT_KEYS:
+                result = compare(up_values.get(metric), mine.get(metric), seed.band_pct)
+                if result is None:
+                    continue
+                pct, inside = result
+                rows.append({"seed": name, "stage": seed.stage, "case": label, "pair": pair, "metric": metric,
+                             "upstream_commit": commit[:9], "upstream": _num(up_values.get(metric)),
+                             "variant": variant, "ours": _num(mine.get(metric)), "diff_pct": pct,
+                             "band_pct": seed.band_pct, "within_band": inside})
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _num(value: Any) -> float:
+    if value is None:
+        return math.nan
+    return float(value)
+
+
+def wide(table: pd.DataFrame, *, drop_both_zero: bool = True) -> pd.DataFrame:
+    """One row per (seed, case, metric): ``before``, ``first`` (ours), ``first_pct``, ``first_in``,
+    ``after``, ``last`` (ours), ``last_pct``, ``last_in`` -- the layout of a fidelity table in prose.
+    ``drop_both_zero`` leaves out metrics that are 0 on all four kernels."""
+    rows = []
+    for (seed, case), group in table.groupby(["seed", "case"], sort=False):
+        by_pair = {pair: group[group["pair"] == pair].set_index("metric") for pair in PAIRS}
+        first = by_pair["first~before"]
+        last = by_pair["last~after"]
+        for metric in dict.fromkeys(list(first.index) + list(last.index)):
+            row: dict[str, Any] = {"seed": seed, "case": case, "metric": metric}
+            for pair, (up, ours) in zip(PAIRS, (("before", "first"), ("after", "last"))):
+                part = by_pair[pair]
+                have = metric in part.index
+                row[up] = part.at[metric, "upstream"] if have else math.nan
+                row[ours] = part.at[metric, "ours"] if have else math.nan
+                row[f"{ours}_pct"] = part.at[metric, "diff_pct"] if have else math.nan
+                row[f"{ours}_in"] = bool(part.at[metric, "within_band"]) if have else None
+            values = [row[k] for k in ("before", "first", "after", "last")]
+            if drop_both_zero and all(v == 0 for v in values):
+                continue
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    if not out.empty:
+        variants_used = table.groupby("pair")["variant"].first().to_dict()
+        out.attrs["first"], out.attrs["last"] = variants_used.get("first~before"), variants_used.get("last~after")
+    return out
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (seed, case, pair): ``metrics`` compared (leaving out those 0 on both kernels, which
+    match trivially), how many are ``within_band``, and the ``outside`` ones by name."""
+    out = []
+    for (seed, case, pair), group in table.groupby(["seed", "case", "pair"], sort=False):
+        both_zero = (group["upstream"] == 0) & (group["ours"] == 0)
+        informative = group[~both_zero]
+        outside = informative[~informative["within_band"].astype(bool)]
+        out.append({"seed": seed, "case": case, "pair": pair, "variant": group["variant"].iloc[0],
+                    "upstream_commit": group["upstream_commit"].iloc[0], "metrics": len(informative),
+                    "within_band": int(informative["within_band"].astype(bool).sum()),
+                    "outside": ", ".join(outside["metric"])})
+    return pd.DataFrame(out)
+
+
+# ------------------------------------------------------------------------------------ figure
+
+
+#: The figure's default: one GEMM shape (the four PR #990 shapes give the same fingerprints up to
+#: 1-2 instructions, measured), every MoE regime.
+FIGURE_CASES = {"gemm": "8192x8192x8192"}
+
+
+def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = FIGURE_CASES, clip_pct: float = 100.0):
+    """One panel per (seed, case): each metric's % difference, first~before and last~after,
+    clipped to +-``clip_pct`` (clipped ones drawn as triangles at the edge), the band shaded.
+
+    ``cases`` picks one case per seed (seeds not named: every case; None: every case of every
+    seed). Returns the figure
+    (deterministic under :data:`mxfp4_ablation.plots.STYLE`; save it with ``plots.savefig``)."""
+    import matplotlib.pyplot as plt
+
+    if table.empty:
+        raise FidelityError("the fidelity table is empty: nothing to plot")
+    panels = [(s, c) for s, c in dict.fromkeys(zip(table["seed"], table["case"]))
+              if cases is None or cases.get(s, c) == c]
+    if not panels:
+        raise FidelityError(f"no (seed, case) of the table matches {dict(cases or {})}")
+    metrics = [m for m in isa.FINGERPRINT_KEYS if m in set(table["metric"])]
+    colours = {"first~before": "#2166ac", "last~after": "#b2182b"}
+    with plt.rc_context(plots.STYLE):
+        fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels) + 1.6, 0.17 * len(metrics) + 1.2),
+                                 sharey=True, squeeze=False)
+        for ax, (seed, case) in zip(axes[0], panels):
+            sub = table[(table["seed"] == seed) & (table["case"] == case)]
+            band = float(sub["band_pct"].iloc[0])
+            ax.axvspan(-band, band, color="#dddddd", zorder=0)
+            ax.axvline(0, color="#777777", lw=0.6)
+            for n, pair in enumerate(PAIRS):
+                part = sub[sub["pair"] == pair].set_index("metric")
+                ys, xs, edge_y, edge_x = [], [], [], []
+                for y, metric in enumerate(metrics):
+                    if metric not in part.index:
+                        continue
+                    pct = part.at[metric, "diff_pct"]
+                    if pct is None or (isinstance(pct, float) and math.isnan(pct)):
+                        continue
+                    offset = y + (n - 0.5) * 0.3
+                    if abs(pct) > clip_pct:
+                        edge_y.append(offset)
+                        edge_x.append(math.copysign(clip_pct, pct))
+                    else:
+                        ys.append(offset)
+                        xs.append(pct)
+                label = f"{part['variant'].iloc[0]} vs {part['upstream_commit'].iloc[0][:8]}" if len(part) else pair
+                ax.scatter(xs, ys, s=10, color=colours[pair], label=label, zorder=3)
+                for sign, marker in ((1, ">"), (-1, "<")):
+                    pts = [(x, y) for x, y in zip(edge_x, edge_y) if math.copysign(1, x) == sign]
+                    ax.scatter([x for x, _ in pts], [y for _, y in pts], s=14, marker=marker, color=colours[pair],
+                               zorder=3)
+            ax.set_xlim(-clip_pct * 1.05, clip_pct * 1.05)
+            ax.set_title(f"{seed} {case}", fontsize=8, loc="left")
+            ax.set_xlabel("ours vs upstream, %")
+            ax.legend(fontsize=6, loc="lower right")
+        axes[0][0].set_yticks(range(len(metrics)))
+        axes[0][0].set_yticklabels(metrics, fontsize=6)
+        axes[0][0].invert_yaxis()
+        plots.source_badge(axes[0][-1], "static", "band shaded")
+        fig.tight_layout()
+    return fig
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m mxfp4_ablation.fidelity [seed ...]``: print the summary and the :func:`wide` table."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        table = fidelity_table(args or None)
+    except (FidelityError, toolchain.ToolchainError, ValueError) as err:
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    with pd.option_context("display.width", 200, "display.max_rows", 2000, "display.max_colwidth", 120):
+        print(summary(table).to_string(index=False))
+        print()
+        print(wide(table).to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

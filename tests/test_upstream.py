@@ -1,0 +1,236 @@
+"""Tests for mxfp4_ablation.upstream (checkouts, CLI errors, named kernargs) and isa.fingerprint.
+
+Compiling upstream kernels needs an upstream checkout (outside the repository): the tests that do
+take its path from ``MXFP4_FLYDSL_CHECKOUT`` / ``MXFP4_AITER_CHECKOUT`` and skip without one.
+Everything else runs on tiny synthetic trees and hand-written ISA.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mxfp4_ablation import isa, upstream
+
+DATA = Path(__file__).parent / "data" / "isa"
+
+
+# ---------------------------------------------------------------------------------- fingerprint
+
+
+def _kernel_text(body: str, name: str = "k") -> str:
+    return f"\t.type\t{name},@function\n{name}:\n{body}\ts_endpgm\n.Lfunc_end0:\n"
+
+
+def test_fingerprint_of_a_kernel_with_nested_loops_reuses_metrics():
+    text = (DATA / "two_kernels.s").read_text()
+    fp = isa.fingerprint(text, "alpha")
+    m = isa.metrics(text, "alpha")
+    assert tuple(fp) == isa.FINGERPRINT_KEYS
+    json.dumps(fp)
+    for key in ("vgpr_unified", "arch_vgpr", "agpr", "sgpr", "lds_bytes", "instructions", "mfma", "s_waitcnt",
+                "s_barrier", "loop_instructions", "loop_mfma", "loop_s_waitcnt", "insts_before_first_buffer_load",
+                "v_accvgpr_write", "v_accvgpr_read"):
+        assert fp[key] == m[key], key
+    assert fp["kernarg_bytes"] == 16  # .amdhsa_kernarg_size
+    # stores {1: 1, 2: 1, 4: 1, 8: 1, 16: 2}
+    assert (fp["buffer_store"], fp["buffer_store_b1"], fp["buffer_store_b2"], fp["buffer_store_b4"],
+            fp["buffer_store_b8"], fp["buffer_store_b12"], fp["buffer_store_b16"]) == (6, 1, 1, 1, 1, 0, 2)
+    assert fp["s_load"] == 1
+    assert fp["s_waitcnt_per_128_mfma"] == 128.0  # 2 waits over 2 MFMAs
+    assert fp["loop_s_waitcnt_per_128_mfma"] == 64.0 and fp["loop_instructions_per_128_mfma"] == 14 * 64
+
+
+def test_fingerprint_counts_the_added_opcode_classes():
+    body = (
+        "\ts_mov_b32 m0, s4\n\tv_readfirstlane_b32 m0, v1\n\tv_readfirstlane_b32 s5, v1\n"
+        "\ts_add_u32 m0, m0, 0x100\n\tv_mov_b32 v0, m0\n"  # m0 as a source is not a write
+        "\tbuffer_load_dword v2, v0, s[8:11], 0 offen\n"
+        "\tds_read_b128 v[4:7], v0\n\tds_read_b64_tr_b4 v[4:5], v0\n\tds_write_b32 v0, v1\n"
+        "\tv_permlane16_swap_b32 v1, v2\n\tv_permlane32_swap_b32 v1, v2\n"
+        "\tv_exp_f32_e32 v1, v2\n\tv_ldexp_f32 v1, v1, v3\n"
+        "\tv_mad_u64_u32 v[4:5], s[0:1], v1, s2, v[4:5]\n\tv_mad_i64_i32 v[4:5], s[0:1], v1, s2, v[4:5]\n"
+        "\ts_ashr_i32 s3, s2, 31\n\tv_ashrrev_i32_e32 v3, 31, v2\n"
+        "\tglobal_store_dword v0, v1, s[0:1]\n\tglobal_atomic_pk_add_bf16 v0, v1, s[0:1]\n"
+    )
+    fp = isa.fingerprint(_kernel_text(body))
+    assert (fp["m0_writes"], fp["v_readfirstlane"], fp["insts_before_first_buffer_load"]) == (3, 2, 5)
+    assert (fp["ds_read"], fp["ds_write"], fp["v_permlane"]) == (2, 1, 2)
+    assert (fp["v_exp_f32"], fp["v_ldexp_f32"], fp["mad_64"], fp["sign_fixes"]) == (1, 1, 2, 2)
+    assert (fp["global_store"], fp["global_atomic"], fp["buffer_store"]) == (1, 1, 0)
+    # No MFMA and no loop: the per-128-MFMA ratios are not applicable.
+    assert fp["mfma"] == 0 and fp["s_waitcnt_per_128_mfma"] is None and fp["loop_s_waitcnt_per_128_mfma"] is None
+    assert fp["kernarg_bytes"] is None and fp["vgpr_unified"] is None
+
+
+def test_fingerprint_bad_input_is_one_value_error():
+    with pytest.raises(ValueError, match="pass kernel=<name>"):
+        isa.fingerprint((DATA / "two_kernels.s").read_text())
+    with pytest.raises(ValueError, match="expected the .s text"):
+        isa.fingerprint(42)
+
+
+# ---------------------------------------------------------------------------------- checkouts
+
+
+@pytest.fixture()
+def tiny_repo(tmp_path):
+    git = tmp_path / "repo.git"
+    work = tmp_path / "work"
+    (work / "kernels" / "gemm").mkdir(parents=True)
+    (work / "kernels" / "gemm" / "fp4_gemm_4wave.py").write_text("def compile_fp4_gemm_4w(*, K: int, MN: tuple = None):\n    pass\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    run = lambda *a, cwd=work: subprocess.run(["git", *a], cwd=cwd, check=True, capture_output=True, env=env)  # noqa: E731
+    run("init", "-q")
+    run("add", ".")
+    run("commit", "-qm", "x")
+    run("clone", "-q", "--bare", str(work), str(git), cwd=tmp_path)
+    sha = subprocess.run(["git", "--git-dir", str(git), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return git, sha
+
+
+def test_extract_writes_the_commit_and_keeps_an_existing_folder(tiny_repo, tmp_path):
+    git, sha = tiny_repo
+    dest = upstream.extract(git, sha[:8], tmp_path / "out" / f"flydsl-{sha[:8]}")
+    assert (dest / upstream.FLYDSL_GEMM_FILE).is_file()
+    assert upstream.commit_of(git, sha[:8]) == sha
+    assert upstream._has_param(dest, "MN") and not upstream._has_param(dest, "mn_aligned")
+    (dest / "marker").write_text("kept")
+    assert upstream.extract(git, sha, dest) == dest and (dest / "marker").read_text() == "kept"
+    digest = upstream.tree_digest(dest, upstream.FLYDSL_GEMM_DEPS)
+    (dest / upstream.FLYDSL_GEMM_FILE).write_text("changed\n")
+    assert upstream.tree_digest(dest, upstream.FLYDSL_GEMM_DEPS) != digest
+
+
+def test_extract_bad_git_dir_or_commit_is_one_clear_error(tiny_repo, tmp_path):
+    git, _ = tiny_repo
+    with pytest.raises(upstream.UpstreamError, match="does not exist"):
+        upstream.extract(tmp_path / "nope.git", "abc", tmp_path / "d1")
+    with pytest.raises(upstream.UpstreamError, match="has no commit 'deadbeef'"):
+        upstream.extract(git, "deadbeef", tmp_path / "d2")
+    assert not (tmp_path / "d2").exists()
+
+
+def test_missing_or_wrong_checkout_is_one_clear_error(tmp_path):
+    with pytest.raises(upstream.UpstreamError, match="does not exist"):
+        upstream.flydsl_gemm_isa(tmp_path / "missing", 256, 256, 256)
+    with pytest.raises(upstream.UpstreamError, match="is not a FlyDSL checkout with kernels/gemm/fp4_gemm_4wave.py"):
+        upstream.flydsl_gemm_isa(tmp_path, 256, 256, 256)
+    with pytest.raises(upstream.UpstreamError, match="is not a aiter checkout"):
+        upstream.aiter_moe_isa(tmp_path, "gemm1")
+
+
+def test_aiter_bad_stage_or_regime(tmp_path):
+    (tmp_path / "aiter/ops/flydsl/kernels").mkdir(parents=True)
+    for f in upstream.AITER_MOE_FILES.values():
+        (tmp_path / f).write_text("")
+    with pytest.raises(upstream.UpstreamError, match="stage must be one of"):
+        upstream.aiter_moe_isa(tmp_path, "gemm3")
+    with pytest.raises(upstream.UpstreamError, match="regime must be 'decode' or 'prefill'"):
+        upstream.aiter_moe_isa(tmp_path, "gemm1", "warmup")
+
+
+def test_cli_reports_a_wrong_checkout_in_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(upstream.__file__).parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "mxfp4_ablation.upstream", "compile", "--flydsl", str(tmp_path),
+                           "--commit", "abc", "--out", str(tmp_path / "o")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "is not a FlyDSL checkout" in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_named_args_names_explicit_entries_and_keeps_hidden_ones():
+    meta = """
+\t.amdgpu_metadata
+---
+amdhsa.kernels:
+  - .args:
+      - .offset:         0
+        .size:           8
+        .value_kind:     global_buffer
+      - .offset:         8
+        .size:           4
+        .value_kind:     by_value
+      - .offset:         12
+        .size:           4
+        .value_kind:     by_value
+      - .offset:         16
+        .size:           4
+        .value_kind:     hidden_block_count_x
+    .name:           k
+    .symbol:         k.kd
+...
+\t.end_amdgpu_metadata
+"""
+    text = _kernel_text("\ts_nop 0\n") + meta
+    args = upstream.named_args(text, [("A", "tensor"), ("n", "i32")])
+    assert [a["name"] for a in args] == ["A", "A.layout", "n", "hidden_block_count_x"]
+    assert args[0] == {"name": "A", "offset": 0, "size": 8, "value_kind": "global_buffer"}
+    with pytest.raises(upstream.UpstreamError, match="3 explicit kernargs but the call names 2"):
+        upstream.named_args(text, [("A", "i64"), ("n", "i32")])
+
+
+def test_moe_grid_follows_the_aiter_host_rules():
+    p = {"stage": "gemm1", "BM": 16, "tokens": 16, "experts": 385, "topk": 9, "inter": 512, "hidden": 7168}
+    # active = min(144, 385) = 144 experts -> (144 + 144*15 + 15) // 16 = 144 blocks x 4 N blocks
+    assert upstream._moe_grid(p)[0] == [576, 1, 1]
+    assert upstream._moe_grid({**p, "stage": "gemm2", "epilog": "atomic"})[0] == [144 * 28, 1, 1]
+    big = {**p, "stage": "gemm2", "BM": 128, "tokens": 4096, "epilog": "nonatomic"}
+    assert upstream._moe_grid(big)[0] == [256, 1, 1]  # persistent: NUM_CU workgroups
+
+
+def test_device_libs_digest_needs_bitcode(tmp_path):
+    with pytest.raises(upstream.UpstreamError, match="no device-library bitcode"):
+        upstream.device_libs_digest(tmp_path)
+    (tmp_path / "ocml.bc").write_bytes(b"BC")
+    assert len(upstream.device_libs_digest(tmp_path)) == 64
+
+
+# ---------------------------------------------------------------------------------- real compiles
+
+
+def _checkout(var: str) -> Path:
+    value = os.environ.get(var)
+    if not value:
+        pytest.skip(f"set {var} to an upstream checkout to compile it")
+    return Path(value)
+
+
+@pytest.mark.slow
+def test_flydsl_gemm_compiles_from_a_checkout():
+    root = _checkout("MXFP4_FLYDSL_CHECKOUT")
+    text = upstream.flydsl_gemm_isa(root, 8192, 8192, 8192)
+    fp = isa.fingerprint(text)
+    assert fp["mfma"] > 0 and fp["lds_bytes"] >= 128 * 1024 and fp["kernarg_bytes"] == 84
+
+
+@pytest.mark.slow
+def test_aiter_moe_gemm2_decode_compiles_from_a_checkout():
+    root = _checkout("MXFP4_AITER_CHECKOUT")
+    helpers = os.environ.get("MXFP4_FLYDSL_CHECKOUT")
+    fp = isa.fingerprint(upstream.aiter_moe_isa(root, "gemm2", "decode", flydsl_helpers=helpers))
+    assert fp["mfma"] == 16 and fp["global_atomic"] > 0 and fp["lds_bytes"] == 16384
+
+
+def test_fingerprint_rows_and_csv_from_written_isa(tmp_path):
+    text = (DATA / "two_kernels.s").read_text()
+    (tmp_path / "flydsl" / "abcdef12").mkdir(parents=True)
+    s = tmp_path / "flydsl" / "abcdef12" / "M256_N256_K256.s"
+    s.write_text(_kernel_text("\tv_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]\n"))
+    info = {"source": "flydsl", "commit": "abcdef12" * 5, "file": upstream.FLYDSL_GEMM_FILE, "flydsl_version": "0.5.0",
+            "kernel": "k", "shape": {"M": 256, "N": 256, "K": 256}, "command": "cmd"}
+    s.with_suffix(".json").write_text(json.dumps(info))
+    (tmp_path / "flydsl" / "abcdef12" / "orphan.s").write_text(text)  # no .json beside: ignored
+    rows = upstream.fingerprint_rows(tmp_path)
+    assert [r["metric"] for r in rows] == list(isa.FINGERPRINT_KEYS)
+    assert rows[0]["shape"] == "M=256 N=256 K=256" and rows[0]["stage"] == "gemm"
+    assert {r["metric"]: r["value"] for r in rows}["mfma"] == 1
+    out = upstream.write_fingerprints(tmp_path, tmp_path / "fp.csv")
+    lines = out.read_text().splitlines()
+    assert lines[0] == ",".join(upstream.FINGERPRINT_COLUMNS) and len(lines) == 1 + len(isa.FINGERPRINT_KEYS)
+    with pytest.raises(upstream.UpstreamError, match="no compiled upstream kernels"):
+        upstream.fingerprint_rows(tmp_path / "empty")
