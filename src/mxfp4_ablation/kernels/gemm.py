@@ -30,17 +30,23 @@ One K step ``k`` (stage ``k % 2``), as emitted by ``_Steps.step``::
     scale loads for k+1 (or ring gather for k+3), LDS-DMA of step k+2 into stage k % 2
     128 MFMAs: blocks (0,0) (0,1) (1,0) (1,1)
 
-The loop body holds two K steps (so the stage is static); step 0 (with agpr_acc)
+The loop body holds two K steps (four with k_unroll4; an even count keeps the stage
+static); the peeled head (step 0 with zero_first_k, steps 0 and 1 with k_unroll4)
 and the last 2-3 steps, which issue fewer loads, are unrolled around it.  Any K
-that is a multiple of 256 works; the runtime loop appears from K = 1024 (v0),
-1280 (v1-v3) and 1536 (v4-v7), see :func:`min_k_for_loop`.  The
+that is a multiple of 256 works; the runtime loop appears from K = 1024, 1280 or
+1536 depending on the switches, see :func:`min_k_for_loop`.
+
+Kernel arguments: A, B, C, A_scale, B_scale are passed flattened 1-D (one pointer and
+one i32 length each, as FlyDSL's own test passes them: 84 kernarg bytes), then M, N.  The
 hand-placed vmcnt counts come from replaying the issue order (:class:`_Plan`);
 ``gfx950emu``'s waitcnt checker and numeric runs confirm them (tests).
 
 Variants are data: :data:`SWITCHES` holds one :class:`~mxfp4_ablation.family.Switch`
 record per optimisation (the seed's claim, the mechanism, the ISA metric that should
 move); the registry (:mod:`mxfp4_ablation.family`) derives the cumulative ladder
-``gemm-v0`` .. ``gemm-v7`` and the ``gemm-v7-no-<switch>`` sets from it.  The "seed" is
+``gemm-v0`` .. ``gemm-vN`` and the ``gemm-vN-no-<switch>`` sets from it.  ``gemm-v1``
+(AGPR pinning, PR #756, with its zeroing writes) is FlyDSL's kernel before PR #990; every
+later switch is PR #990's.  The "seed" is
 FlyDSL's ``kernels/gemm/fp4_gemm_4wave.py`` (ROCm/FlyDSL; PR #990 = commit
 741f3d6d, and PR #756 for AGPR pinning), whose numbers are quoted, never its
 code.
@@ -50,7 +56,7 @@ from mxfp4_ablation import family as _family
 from mxfp4_ablation.errors import UsageError
 from mxfp4_ablation.family import Expect, Output, Seed, Switch
 
-#: The kernel family's name (its ladder is ``gemm-v0`` .. ``gemm-v7``) and how errors name it.
+#: The kernel family's name (its ladder is ``gemm-v0`` .. ``gemm-vN``) and how errors name it.
 NAME = "gemm"
 LABEL = "GEMM"
 SHAPE_PARAMS = ("M", "N", "K")
@@ -67,11 +73,11 @@ SWITCHES = _family.switch_table(
         claim="with the plain scaled-MFMA op the compiler spilled accumulators to arch VGPRs and shuffled them "
         "with v_accvgpr_mov/read (1679 such ops), arch VGPRs hit 256 and scales spilled.",
         mechanism="every MFMA is inline asm whose result is constrained to an AGPR and tied to the accumulator "
-        "input; K step 0 is peeled so its first K half uses the inline constant 0 as src2 instead of a zeroed "
-        "accumulator.",
-        metric="v_accvgpr_write/read/mov in the loop fall to 0, v_accvgpr_write (zeroing) to 0, arch_vgpr "
-        "falls, agpr = 256.",
-        expects=(Expect("v_accvgpr_write", "down", note="the zeroing writes go (src2 = 0 instead)"),
+        "input; the accumulators start as zero vectors, so the compiler zeroes the 256 AGPRs with "
+        "v_accvgpr_write before the first K step (as FlyDSL's kernel did before PR #990).",
+        metric="v_accvgpr_write/read/mov in the loop fall to 0, arch_vgpr falls, agpr = 256; v_accvgpr_write "
+        "outside the loop = 256 (the zeroing, removed later by zero_first_k).",
+        expects=(Expect("v_accvgpr_mov", "down", note="accumulator shuffling goes"),
                  Expect("arch_vgpr", "down", seed_before=256, note="seed: arch VGPRs hit 256 before")),
     ),
     Switch(
@@ -124,7 +130,30 @@ SWITCHES = _family.switch_table(
         requires=("g2s_m0",),
     ),
     Switch(
-        "wide_epilogue", "16-byte epilogue stores.", PR_990,
+        "k_unroll4", "Four K steps per loop iteration, two peeled.", PR_990,
+        claim="the K loop body holds 4 K steps instead of 2 (unroll 4 when (K/256 - 4) % 4 == 0, else 2); "
+        "K steps 0 and 1 run before the loop and the last two after it; a full unroll would not fit the "
+        "32 KiB instruction cache.",
+        mechanism="the loop runs steps [2, K/256 - 2) four at a time; so that every loop step issues the same "
+        "loads, the scale gather of step k + 3 is issued even at k = K/256 - 3 (global offset clamped to "
+        "the last step, into the ring slot nobody reads any more); the tail is two steps.",
+        metric="loop_mfma 256 -> 512, mfma 768 -> 1024 at 8192^3 (upstream: 256 -> 512 and 512 -> 1024).",
+        expects=(Expect("loop_mfma", "up", seed_before=256, seed_after=512, note="loop body 2 -> 4 K steps"),
+                 Expect("mfma", "up", seed_before=512, seed_after=1024, note="2 peeled + 4 loop + 2 tail steps")),
+    ),
+    Switch(
+        "zero_first_k", "Constant-zero first K step.", PR_990,
+        claim="the accumulators are not zero-initialised: K step 0 runs with zero_acc, its first-K-half MFMAs "
+        "write C = A*B directly.",
+        mechanism="K step 0 is peeled (already so with k_unroll4) and its first-K-half MFMAs use the inline "
+        "constant 0 as src2 instead of a zeroed AGPR accumulator.",
+        metric="v_accvgpr_write 256 -> 0 (upstream 256 -> 0).",
+        expects=(Expect("v_accvgpr_write", "zero", seed_before=256, seed_after=0,
+                        note="the zeroing writes go (src2 = 0 instead)"),),
+        requires=("agpr_acc",),
+    ),
+    Switch(
+        "wide_epilogue", "16-byte epilogue stores (the MFMA operand swap).", PR_990,
         claim="computing C^T by swapping the MFMA operands gives each lane four consecutive columns of one row; "
         "cvt_pk_bf16 + v_permlane16_swap pair two tiles so a lane holds 8 consecutive bf16 = 16 bytes for one "
         "buffer_store_dwordx4, interleaved into the tail MFMAs.",
@@ -171,13 +200,19 @@ def min_k_for_loop(switches) -> int:
     256 minimum, run fully unrolled): 1024 for v0, 1280 once agpr_acc peels step 0,
     1536 once scale_prefetch keeps the ring three steps ahead."""
     sw = _fam().check_switches(switches)
-    head = 1 if "agpr_acc" in sw else 0
     k_iters = 1
     while True:
-        lo, hi = _Plan(sw, k_iters).loop_range(head)
+        lo, hi, _u = _Plan(sw, k_iters).loop_range(_head(sw, k_iters))
         if hi > lo:
             return k_iters * BLOCK_K
         k_iters += 1
+
+
+def _head(sw, k_iters) -> int:
+    """K steps emitted before the runtime loop: 2 with k_unroll4 (like PR #990), 1 when zero_first_k
+    peels step 0 for its src2 = 0, else 0 (never more than there are)."""
+    head = 2 if "k_unroll4" in sw else 1 if "zero_first_k" in sw else 0
+    return min(head, k_iters)
 
 
 def check_shape(M, N, K) -> dict:
@@ -348,7 +383,10 @@ class _Emitter:
     def gather_scales(self, k):
         """One buffer_load_dwordx4 ... lds per wave: a quarter of the tile's scales for step k -> ring."""
         m0 = self.ring_wave + (fx.Int32(k) % RING_SLOTS) * RING_SLOT
-        soff = C.uniform(fx.Int32(k) * 256)
+        # k_unroll4's dummy gather (k = K/256) reads the last step's scales into a slot no one reads.
+        last = self.KI - 1
+        kc = min(k, last) if isinstance(k, int) else _select(fx.Int32(k) < last, k, last)
+        soff = C.uniform(fx.Int32(kc) * 256)
         _asm(None, [m0, self.g_voff, self.g_rsrc, soff],
              "s_mov_b32 m0, $0\n\tbuffer_load_dwordx4 $1, $2, $3 offen lds", "s,v,s,s,~{m0}")
 
@@ -380,7 +418,7 @@ class _Emitter:
             return C.mfma_scale_fp4(a, b, acc if acc is not None else C.zeros_f32x4(), sa, sb, opa, opb)
         mods = f"op_sel:[{opa & 1},{opb & 1},0] op_sel_hi:[{opa >> 1},{opb >> 1},0] cbsz:4 blgp:4"
         res = C.vec_type(4, T.f32)
-        if acc is None:  # first K step: src2 is the inline constant 0, nothing to zero first
+        if acc is None:  # zero_first_k, first K half: src2 is the inline constant 0, nothing to zero first
             return _asm(res, [a, b, sa, sb], f"v_mfma_scale_f32_16x16x128_f8f6f4 $0, $1, $2, 0, $3, $4 {mods}",
                         "=a,v,v,v,v")
         return _asm(res, [a, b, sa, sb, acc], f"v_mfma_scale_f32_16x16x128_f8f6f4 $0, $1, $2, $0, $3, $4 {mods}",
@@ -501,6 +539,7 @@ class _Plan:
         self.sw, self.KI = sw, KI
         self.ring = "scale_prefetch" in sw
         self.carry_b = "b_carry" in sw
+        self.unroll4 = "k_unroll4" in sw
         self.events = []  # (kind, step, n) in program order, plus ("wait", tag, None)
         self.waits = {}
         self._prologue()
@@ -510,7 +549,8 @@ class _Plan:
     def issues(self, k):
         """Groups issued inside step k: [(kind, step, n_instructions)]."""
         out = []
-        if self.ring and k + 3 < self.KI:
+        # With k_unroll4 every step that refills a stage also gathers (the one past the end is a dummy).
+        if self.ring and (k + 3 < self.KI or (self.unroll4 and k + 2 < self.KI)):
             out.append(("G", k + 3, 1))
         if not self.ring and k + 1 < self.KI:
             out.append(("S", k + 1, 8))
@@ -551,10 +591,13 @@ class _Plan:
             self.waits["end", k] = self._count_after(self._needs(k + 1))
 
     def loop_range(self, head):
-        """Steps [lo, hi) run by the runtime loop (two per iteration); the rest is unrolled."""
-        last = self.KI - (3 if self.ring else 2)  # steps < last issue every kind of load
-        pairs = max(0, (last - head) // 2)
-        return head, head + 2 * pairs
+        """``(lo, hi, unroll)``: steps [lo, hi) run by the runtime loop, ``unroll`` per iteration (4 with
+        k_unroll4 when the loop steps divide by 4, else 2); the rest is unrolled."""
+        # steps < last issue every kind of load (with k_unroll4 the gather past the end is a dummy)
+        last = self.KI - (3 if self.ring and not self.unroll4 else 2)
+        n = max(0, last - head)
+        unroll = 4 if self.unroll4 and n % 4 == 0 and n else 2
+        return head, head + unroll * (n // unroll), unroll
 
     def loop_wait(self, kind, ks):
         """The wait used in the loop body: the smallest count over the steps it stands for."""
@@ -568,8 +611,16 @@ class _Steps(_Emitter):
     def __init__(self, sw, M, N, K):
         super().__init__(sw, M, N, K)
         self.plan = _Plan(sw, self.KI)
-        self.head = 1 if "agpr_acc" in sw else 0  # agpr_acc peels step 0 to use src2 = 0
-        self.lo, self.hi = self.plan.loop_range(self.head)
+        self.head = _head(sw, self.KI)
+        self.lo, self.hi, self.unroll = self.plan.loop_range(self.head)
+
+    def loop_body(self, kk, state):
+        """One loop iteration: ``unroll`` K steps from the loop's i32 step ``kk``."""
+        lo, hi, u = self.lo, self.hi, self.unroll
+        acc, carry = self.unpack(state)
+        for j in range(u):
+            acc, carry = self.step(kk + j, (lo + j) % 2, acc, carry, lo + j, list(range(lo + j, hi, u)))
+        return self.pack(acc, carry)
 
     # state = 64 accumulators + 8 scale words (+ 8 B half-1 fragments with b_carry)
     def pack(self, acc, carry):
@@ -599,10 +650,10 @@ class _Steps(_Emitter):
         carry = list(scales)
         if "b_carry" in sw:
             carry += [f for tile in self.read_b(0, 1) for f in tile]
-        if self.head == 0:
-            acc = [C.zeros_f32x4() for _ in range(64)]
+        if "zero_first_k" in sw:
+            acc = [None] * 64  # step 0's first K half writes them (src2 = 0)
         else:
-            acc = [None] * 64
+            acc = [C.zeros_f32x4() for _ in range(64)]
         return acc, carry
 
     def step(self, k, parity, acc, carry, plan_k, loop_ks=None):
@@ -681,7 +732,7 @@ def build(M: int, N: int, K: int, **switches):
     sw = _fam().switch_kwargs(switches)
     _load_flydsl()
     layout = _Steps(sw, M, N, K)  # trace-free: only to know the loop's range here
-    lo, hi = layout.lo, layout.hi
+    lo, hi, unroll = layout.lo, layout.hi, layout.unroll
     KI = K // BLOCK_K
 
     if "scale_prefetch" in sw:
@@ -710,11 +761,8 @@ def build(M: int, N: int, K: int, **switches):
             acc, carry = em.step(k0, k0 % 2, acc, carry, k0)
         state = em.pack(acc, carry)
         if const_expr(hi > lo):
-            for kk, state in range(lo, hi, 2, init=state):
-                acc, carry = em.unpack(state)
-                acc, carry = em.step(kk, lo % 2, acc, carry, lo, list(range(lo, hi, 2)))
-                acc, carry = em.step(kk + 1, (lo + 1) % 2, acc, carry, lo + 1, list(range(lo + 1, hi, 2)))
-                state = yield em.pack(acc, carry)
+            for kk, state in range(lo, hi, unroll, init=state):
+                state = yield em.loop_body(kk, state)
         acc, carry = em.unpack(state)
         for k1 in range_constexpr(hi, KI):
             acc, carry = em.step(k1, k1 % 2, acc, carry, k1)
@@ -760,7 +808,7 @@ def make_inputs(M: int, N: int, K: int, seed: int = 0) -> dict:
 
 def kernel_args(inputs: dict, **switches) -> list:
     """The emulator's kernarg list (metadata ``.args`` order): A, B, C, A_scale, B_scale
-    as pointer + layout block each, then M and N as i32 (see ``common.kernarg_entries``).
+    flattened 1-D, as pointer + i32 length each, then M and N as i32 (see ``common.kernarg_entries``).
     C (bf16 [M, N]) is the output. No switch changes the list (``switches`` are validated)."""
     _fam().switch_kwargs(switches)
     missing = [n for n in ARG_NAMES if n not in inputs]
@@ -770,7 +818,7 @@ def kernel_args(inputs: dict, **switches) -> list:
     K = int(inputs["A"].shape[-1]) * 2
     check_shape(M, N, K)
     _load_flydsl()
-    return C.kernarg_values([(n, inputs[n]) for n in ARG_NAMES])
+    return C.kernarg_values([(n, _flat(inputs[n])) for n in ARG_NAMES])
 
 
 def reference(inputs: dict) -> dict:
@@ -789,7 +837,13 @@ def launch_config(M: int, N: int, K: int):
 def device_args(inputs: dict, **switches) -> tuple:
     """The FlyDSL launcher's arguments (tensors already on the GPU), in ``ARG_NAMES`` order."""
     _fam().switch_kwargs(switches)
-    return tuple(inputs[n] for n in ARG_NAMES)
+    return tuple(_flat(inputs[n]) for n in ARG_NAMES)
+
+
+def _flat(value):
+    """A tensor argument as the kernel takes it: flattened 1-D (a view sharing its storage, so the
+    kernel's stores land in the caller's tensor), as FlyDSL's own test passes them; ints pass through."""
+    return value.reshape(-1) if hasattr(value, "reshape") else value
 
 
 def flops(M: int, N: int, K: int) -> float:
@@ -811,12 +865,13 @@ def compile_entry(M: int, N: int, K: int, variant_name: str = None, **switches):
     switches = _fam().resolve(variant_name, switches)
     launcher = build(M, N, K, **switches)
     # Only shapes and dtypes matter for an offline compile: zero tensors are enough.
+    # Tensors are flattened 1-D (see device_args): one pointer + one i32 length each, 84 kernarg bytes.
     args = (
-        torch.zeros(M, K // 2, dtype=torch.uint8),
-        torch.zeros(N, K // 2, dtype=torch.uint8),
-        torch.zeros(M, N, dtype=torch.bfloat16),
-        torch.zeros(M, K // 32, dtype=torch.uint8),
-        torch.zeros(N, K // 32, dtype=torch.uint8),
+        torch.zeros(M * K // 2, dtype=torch.uint8),
+        torch.zeros(N * K // 2, dtype=torch.uint8),
+        torch.zeros(M * N, dtype=torch.bfloat16),
+        torch.zeros(M * K // 32, dtype=torch.uint8),
+        torch.zeros(N * K // 32, dtype=torch.uint8),
         M,
         N,
     )
