@@ -17,7 +17,7 @@ from mxfp4_ablation.kernels import gemm
 F = family.get("gemm")
 
 TARGET = "mxfp4_ablation.kernels.gemm:compile_entry"
-LADDER_SHAPE = {"M": 1024, "N": 1024, "K": 2048}  # K big enough for a runtime K loop
+LADDER_SHAPE = {"M": 1024, "N": 1024, "K": 3072}  # K big enough for a runtime K loop of >= 2 iterations (k_unroll4: [2, 10))
 LAST = F.ladder[-1][0]  # the last rung (every switch on)
 #: Switches other switches require: no leave-one-out variant drops them.
 REQUIRED = {r for s in gemm.SWITCHES.values() for r in s.requires}
@@ -243,7 +243,7 @@ def test_b_carry_moves_a_quarter_of_the_operand_reads_off_the_step_start(ladder)
 def test_k_unroll4_runs_four_k_steps_per_iteration_and_peels_two(ladder):
     mb, ma = isa.metrics(ladder[_before("k_unroll4")].isa), isa.metrics(ladder[_rung("k_unroll4")].isa)
     assert (mb["loop_mfma"], ma["loop_mfma"]) == (256, 512)
-    # K = 2048 (8 steps): before, a 2-step body + 4 unrolled tail steps; after, 2 peeled + 4 + 2 (PR #990: 1024).
+    # K = 3072 (12 steps): before, a 2-step body + 4 unrolled tail steps; after, 2 peeled + 4 + 2 (PR #990: 1024).
     assert (mb["mfma"], ma["mfma"]) == (768, 1024)
 
 
