@@ -22,13 +22,21 @@ of 16 rows does not hit one bank group; B's preshuffled 1 KiB blocks are
 copied verbatim, so lane ``l`` reads its operand at ``16*l``.  Workgroups walk
 the tiles in an XCD-aware order (see :func:`tile_order`).
 
-One K step ``k`` (stage ``k % 2``), as emitted by ``_Steps.step``::
+One K step ``k`` (stage ``k % 2``), as emitted by ``_Steps.step`` without b_carry::
 
     s_waitcnt vmcnt(N) ; s_barrier        # stage k landed for every wave (N from _Plan)
-    ds_read_b128 x32                      # A0, B0, A1, B1 fragments of this wave
+    ds_read_b128 x16                      # A0, B0 fragments of this wave
+    block (0,0) ; ds_read B1 x8           # the compiler waits lgkmcnt(n) per fragment used
+    block (0,1) ; ds_read A1 x8
+    block (1,0)
     s_waitcnt lgkmcnt(0) ; s_barrier      # everyone is done reading stage k % 2 ...
     scale loads for k+1 (or ring gather for k+3), LDS-DMA of step k+2 into stage k % 2
-    128 MFMAs: blocks (0,0) (0,1) (1,0) (1,1)
+    block (1,1)
+
+and with b_carry (B1 read at the end of the previous step, after one folded wait)::
+
+    ds_read_b128 x24 ; s_waitcnt lgkmcnt(0) ; s_barrier ; loads ; 128 MFMAs
+    s_waitcnt vmcnt(N) lgkmcnt(0) ; s_barrier ; ds_read B1 of step k+1 x8
 
 The loop body holds two K steps (four with k_unroll4; an even count keeps the stage
 static); the peeled head (step 0 with zero_first_k, steps 0 and 1 with k_unroll4)
@@ -110,8 +118,8 @@ SWITCHES = _family.switch_table(
         "three K steps ahead, carried to VGPRs one step ahead, issued in the MFMA shadow.",
         mechanism="replaces 8 buffer_load_dword (to VGPR) per wave per K step; the ring read (ds_read2st64_b32) "
         "sits after the first 64x64 block's MFMAs.",
-        metric="buffer_load_dword in the loop -> 0, one more LDS-DMA per step, lds_bytes +16 KiB, loop_s_waitcnt "
-        "falls.",
+        metric="buffer_load_dword in the loop -> 0, one more LDS-DMA per step, lds_bytes +16 KiB; loop_s_waitcnt "
+        "stays (35 per 2 K steps at 8192^3 before and after: the per-fragment LDS waits dominate until b_carry).",
         expects=(Expect("loop_buffer_load_dword", "down", note="to 0"), Expect("loop_ds_read_b32", "up")),
         requires=("g2s_m0",),
     ),
@@ -121,12 +129,15 @@ SWITCHES = _family.switch_table(
         "loop edge lets the waits fold into s_waitcnt vmcnt(N) lgkmcnt(0) + s_barrier; hot-loop s_waitcnt "
         "68 -> 8 per 4 K steps.",
         mechanism="at the end of step k one folded wait (vmcnt(N) lgkmcnt(0) + s_barrier) makes step k+1's tiles "
-        "visible, the B half-1 fragments are ds_read and passed as loop-carried values, and step k+1 starts "
-        "without a wait.",
-        metric="LDS reads between the step start and its first MFMA 32 -> 24; loop_s_waitcnt does not rise "
-        "(this kernel already waits only twice per step, so the seed's 68 -> 8 has no counterpart here).",
+        "visible, the B half-1 fragments are ds_read and passed as loop-carried values, and step k+1 reads its "
+        "other fragments, waits once (lgkmcnt(0) + s_barrier), refills the stage and runs its 128 MFMAs. Without "
+        "it (PR #990's before), the B half-1 and A half-1 fragments are read in the shadow of the first and "
+        "second 64x64 blocks and consumed as they arrive, so the compiler waits lgkmcnt(N) per fragment, and "
+        "the stage is released (lgkmcnt(0) + s_barrier) and refilled after the third block.",
+        metric="loop_s_waitcnt_per_4k 70 -> 8 at 8192^3 (seed: 68 -> 8); LDS reads between the step start and "
+        "its first MFMA 16 -> 24.",
         expects=(Expect("loop_s_waitcnt_per_4k", "down", seed_before=68, seed_after=8,
-                        note="ours already waits twice per step; the fall is small"),),
+                        note="ours 70 -> 8 per 4 K steps (8192^3)"),),
         requires=("g2s_m0",),
     ),
     Switch(
@@ -738,34 +749,48 @@ class _Steps(_Emitter):
             _wait(vmcnt=vm)
         a0 = self.read_a(parity, 0)
         b0 = self.read_b(parity, 0)
-        a1 = self.read_a(parity, 1)
-        if "b_carry" not in sw:
-            b1 = self.read_b(parity, 1)
-        # Every wave is done with this stage before anyone refills it.
-        _wait(lgkmcnt=0)
-        new_scales = None
-        for kind, kstep, _n in plan.issues(plan_k):
-            off = kstep - plan_k
-            kk = k + off
-            if kind == "G":
-                self.gather_scales(kk)
-            elif kind == "S":
-                new_scales = self.load_scales_vgpr(kk)
-            else:
-                self.issue_tiles(kk, parity)
-            rocdl.sched_barrier(0)
+        interleave = "b_carry" not in sw
+        if not interleave:
+            a1 = self.read_a(parity, 1)
+        loaded = {}
+
+        def release_and_refill():
+            # Every wave is done with this stage before anyone refills it.
+            _wait(lgkmcnt=0)
+            for kind, kstep, _n in plan.issues(plan_k):
+                kk = k + (kstep - plan_k)
+                if kind == "G":
+                    self.gather_scales(kk)
+                elif kind == "S":
+                    loaded["scales"] = self.load_scales_vgpr(kk)
+                else:
+                    self.issue_tiles(kk, parity)
+                rocdl.sched_barrier(0)
+
+        # b_carry folds the LDS waits into one lgkmcnt(0) + s_barrier before the MFMAs; without it (PR
+        # #990's "before") the MFMAs of the first two blocks consume the fragments as they arrive, so the
+        # compiler waits lgkmcnt(N) per fragment, and the stage is released after them.
+        if "b_carry" in sw:
+            release_and_refill()
         last = plan_k == self.KI - 1
         wide_tail = last and "wide_epilogue" in sw
         acc = list(acc)
         self.block(acc, 0, 0, a0, b0, scales, first)
         if wide_tail:
             self.store_block(acc, 0, 0)
+        if interleave:  # read in block (0, 0)'s shadow, consumed fragment by fragment in block (0, 1)
+            b1 = self.read_b(parity, 1)
         if "scale_prefetch" in sw and plan_k + 1 < self.KI:
-            new_scales = self.read_scales_ring(k + 1)  # in the MFMA shadow, one step ahead
+            loaded["scales"] = self.read_scales_ring(k + 1)  # in the MFMA shadow, one step ahead
         self.block(acc, 0, 1, a0, b1, scales, first)
         if wide_tail:
             self.store_block(acc, 0, 1)
+        if interleave:  # likewise for block (1, 0); the stage is released once it has everything
+            a1 = self.read_a(parity, 1)
         self.block(acc, 1, 0, a1, b0, scales, first)
+        if interleave:
+            release_and_refill()
+        new_scales = loaded.get("scales")
         if wide_tail:
             self.store_block(acc, 1, 0)
         self.block(acc, 1, 1, a1, b1, scales, first)
