@@ -187,7 +187,8 @@ def test_every_rung_runs_128_scaled_mfmas_per_k_step_in_its_loop(ladder):
         assert len(mfma) == steps * 128, name  # the loop body holds two K steps (four with k_unroll4)
         assert all("cbsz:4" in i.modifiers and "blgp:4" in i.modifiers for i in mfma), name
         assert _count(loop, r"buffer_load_dwordx4") >= 2 * gemm.LOADS_PER_STEP, name
-        assert isa.metrics(art.isa)["scratch_bytes"] == 0, name
+        if "agpr_acc" in F.switch_set(name):  # v0 may spill, as the seed's kernel did before AGPR pinning
+            assert isa.metrics(art.isa)["scratch_bytes"] == 0, name
 
 
 @pytest.mark.slow
@@ -215,6 +216,7 @@ def test_g2s_m0_sets_m0_once_per_batch(ladder):
         return sum(1 for i in body if i.opcode == op and i.operands[:1] == ("m0",))
     assert m0_writes(v2, "s_mov_b32") == 2 * 16 and m0_writes(v2, "s_add_u32") == 0
     assert m0_writes(v3, "s_mov_b32") == 2 * 4 and m0_writes(v3, "s_add_u32") == 2 * 12
+    assert _count(v2, r"v_readfirstlane_b32") == 2 * 16  # before: m0 read-first-laned per load
     assert _count(v3, r"v_readfirstlane_b32") == 0
     dma3 = [i for i in v3 if i.opcode == "buffer_load_dwordx4" and "lds" in i.modifiers]
     assert all(i.operands[-1] != "0" for i in dma3)  # the K offset rides in soffset
