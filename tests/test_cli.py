@@ -89,3 +89,13 @@ def test_verify_json_reports_every_output_of_a_named_shape():
     assert data["passed"] and data["shape"] == [16, 8, 512, 256, 2, 16]
     assert {n: (o["compare"], o["passed"], o["mismatches"]) for n, o in data["outputs"].items()} == {
         "inter_quant": ("exact", True, 0), "inter_scale": ("exact", True, 0)}
+
+
+def test_variants_lists_each_step_with_its_switch_record():
+    rc, out, err = run_cli("variants", "--json")
+    assert rc == 0, err
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert rows["gemm-v5"]["switch"] == "b_carry" and rows["gemm-v5"]["predecessor"] == "gemm-v4"
+    assert rows["gemm-v5"]["seed"] == "https://github.com/ROCm/FlyDSL/pull/990"
+    assert rows["moe2-v4-no-unsigned_div"]["kind"] == "leave-one-out"
+    assert rows["moe2-v4-no-unsigned_div"]["summary"].startswith("Unsigned division")

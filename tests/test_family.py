@@ -82,6 +82,7 @@ def test_records_refuse_bad_values():
 
 @pytest.mark.parametrize("direction, before, after, holds", [
     ("down", 5, 3, True), ("down", 3, 3, False), ("up", 1, 2, True), ("zero", 4, 0, True), ("zero", 4, 1, False),
+    ("zero", 0, 0, False),
     ("same", 2, 2, True), ("same", 2, 3, False), ("down", float("nan"), 1, False), ("up", None, 1, False),
 ])
 def test_expect_holds(direction, before, after, holds):
@@ -202,3 +203,18 @@ def test_registering_every_family_does_not_import_flydsl():
             " if f.name == 'gemm' else (16, 8, 512, 256, 2)))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_flops_and_bytes_of_every_family_at_its_study_shapes():
+    from mxfp4_ablation import shapes
+
+    for fam in family.all_families().values():
+        for case in shapes.cases(fam.name, "isa"):
+            kw = fam.shape(case.shape)
+            flops, nbytes = fam.module.flops(**kw), fam.module.bytes(**kw)
+            assert flops > 0 and nbytes > 0, fam.name
+            assert flops / nbytes > 1, fam.name  # every one of these kernels does more than one FLOP per byte
+    # GEMM: 2MNK, and every operand byte counted once (fp4 A, B + E8M0 scales + bf16 C).
+    g = family.get("gemm").module
+    assert g.flops(M=8192, N=8192, K=8192) == 2 * 8192 ** 3
+    assert g.bytes(M=256, N=256, K=256) == 256 * 128 * 2 + 2 * 256 * 8 + 2 * 256 * 256

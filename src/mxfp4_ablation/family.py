@@ -74,8 +74,8 @@ class Expect:
     """One metric move a switch should cause, on the ISA (``metric`` is a :mod:`mxfp4_ablation.metrics`
     key of the family's metric set).
 
-    ``direction``: ``up`` / ``down`` (strictly), ``zero`` (the switch-on value is 0) or ``same``
-    (unchanged). ``seed_before`` / ``seed_after``: the seed's own numbers, where it gives them (quoted,
+    ``direction``: ``up`` / ``down`` (strictly), ``zero`` (falls to 0: the switch-on value is 0 and
+    the switch-off value is not) or ``same`` (unchanged). ``seed_before`` / ``seed_after``: the seed's own numbers, where it gives them (quoted,
     for the seed's kernel, not ours). ``note``: what the number means or why ours differs.
     """
 
@@ -100,7 +100,7 @@ class Expect:
         if self.direction == "up":
             return after > before
         if self.direction == "zero":
-            return after == 0
+            return after == 0 < before
         return after == before
 
     def text(self) -> str:

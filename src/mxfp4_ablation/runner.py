@@ -28,7 +28,7 @@ from .errors import UsageError
 #: The gate's cosine for outputs that declare no ``min_cosine`` of their own, and the historical
 #: single-output gate (kept for callers that read it).
 COSINE_MIN = 0.99999
-BACKENDS = ("emulator", "device")
+BACKENDS = ("emulator", "device")  # each has a RUNNERS entry
 
 
 def emulator_args(entries: list) -> list:
@@ -130,7 +130,9 @@ def _check_backend(backend: str) -> None:
             raise UsageError(f"--backend device needs a gfx950 GPU (MI355X); this machine has {where}")
 
 
-def _run_emulator(variant, module, params, shape_kw, inputs, *, hazards, processes) -> dict[str, Any]:
+def _run_emulator(variant, module, params, shape_kw, inputs, opts) -> dict[str, Any]:
+    """Compile offline, run the ISA in gfx950emu; ``opts``: ``hazards``, ``processes`` and any
+    further :func:`gfx950emu.launch` keywords (``delivery``, ``wave_order``, ``seed``)."""
     import gfx950emu
 
     art = toolchain.compile(variant.target, params)
@@ -138,12 +140,13 @@ def _run_emulator(variant, module, params, shape_kw, inputs, *, hazards, process
     program = gfx950emu.load(art.isa)
     args = emulator_args(_call_with_switches(module.kernel_args, inputs, variant.switches))
     start = time.perf_counter()
-    run = gfx950emu.launch(program, grid=grid, block=block, args=args, hazards=hazards, processes=processes)
+    run = gfx950emu.launch(program, grid=grid, block=block, args=args, **opts)
     return {"seconds": round(time.perf_counter() - start, 3), "compile_seconds": art.compile_seconds,
             "hazards": len(run.hazards), "hazard_reports": [str(h) for h in run.hazards[:5]]}
 
 
-def _run_device(variant, module, params, inputs) -> dict[str, Any]:
+def _run_device(variant, module, params, shape_kw, inputs, opts) -> dict[str, Any]:
+    """Run on the visible gfx950 GPU through FlyDSL's launcher (no hazard checker there)."""
     import torch
 
     on_gpu = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in inputs.items()}
@@ -156,8 +159,14 @@ def _run_device(variant, module, params, inputs) -> dict[str, Any]:
     return {"seconds": seconds, "hazards": 0, "hazard_reports": []}
 
 
+#: Backend name -> ``run(variant, module, params, shape_kw, inputs, opts) -> dict`` that runs the kernel,
+#: leaves its outputs in ``inputs`` and returns ``seconds``, ``hazards``, ``hazard_reports`` (+ extras).
+RUNNERS = {"emulator": _run_emulator, "device": _run_device}
+
+
 def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulator", seed: int = 0,
-           hazards: str = "report", processes: int = 1) -> dict[str, Any]:
+           hazards: str = "report", processes: int = 1, delivery: str = "issue",
+           wave_order: str = "forward", delivery_seed: int = 0) -> dict[str, Any]:
     """Run ``variant_name`` at ``shape`` and compare every declared output with the reference.
 
     Returns a JSON-ready dict: ``passed`` (every output passed and no hazards), ``outputs`` (name ->
@@ -165,7 +174,9 @@ def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulato
     for compatibility the primary (first declared) output's ``cosine``, ``max_abs_err``,
     ``max_rel_err`` and ``mismatches`` at top level; ``hazards`` (count), ``hazard_reports`` (first
     few, as text), ``backend``, ``variant``, ``shape``, ``seed``, ``seconds`` (backend time) and, on
-    the emulator, ``compile_seconds``.
+    the emulator, ``compile_seconds``. ``delivery`` / ``wave_order`` / ``delivery_seed`` pick the
+    emulator's load delivery and wave scheduling order (:func:`gfx950emu.launch`; passed on only when
+    not the defaults) and are recorded in the result.
     """
     _check_backend(backend)
     variant = variants.get(variant_name)
@@ -176,11 +187,12 @@ def verify(variant_name: str, shape: tuple[int, ...], *, backend: str = "emulato
     module.check_shape(**shape_kw)  # one clear error before any compile
     inputs = module.make_inputs(**shape_kw, seed=seed)
     expected = module.reference(inputs)
-    result: dict[str, Any] = {"variant": variant.name, "shape": list(shape), "seed": seed, "backend": backend}
-    if backend == "emulator":
-        result.update(_run_emulator(variant, module, params, shape_kw, inputs, hazards=hazards, processes=processes))
-    else:
-        result.update(_run_device(variant, module, params, inputs))
+    result: dict[str, Any] = {"variant": variant.name, "shape": list(shape), "seed": seed, "backend": backend,
+                              "delivery": delivery, "wave_order": wave_order, "delivery_seed": delivery_seed}
+    opts: dict[str, Any] = {"hazards": hazards, "processes": processes}
+    if (delivery, wave_order) != ("issue", "forward"):
+        opts.update(delivery=delivery, wave_order=wave_order, seed=delivery_seed)
+    result.update(RUNNERS[backend](variant, module, params, shape_kw, inputs, opts))
     outputs = compare_outputs(fam, inputs, expected)
     primary = outputs[fam.outputs[0].name]
     result.update({k: primary[k] for k in ("cosine", "max_abs_err", "max_rel_err", "mismatches")})

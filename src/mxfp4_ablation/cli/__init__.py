@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from typing import Any
 
@@ -70,13 +71,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_variants(args: argparse.Namespace) -> int:
     from .. import variants
 
-    rows = [
-        {"name": v.name, "family": v.family, "kind": v.kind, "predecessor": v.predecessor,
-         "switches": sorted(v.switches)}
-        for v in variants.all_variants().values()
-    ]
-    text = "\n".join(f"{r['name']:<28} {r['kind']:<14} vs {r['predecessor'] or '-':<14} "
-                     f"{'+'.join(r['switches']) or '(baseline)'}" for r in rows) or "no variants yet"
+    rows = []
+    for v in variants.all_variants().values():
+        step = v.spec.switches[v.switch] if v.switch else None
+        rows.append({"name": v.name, "family": v.family, "kind": v.kind, "predecessor": v.predecessor,
+                     "switches": sorted(v.switches), "switch": v.switch,
+                     "summary": step.summary if step else "baseline: every switch off",
+                     "seed": step.seed.url if step else None})
+    verb = {"ladder": "+", "leave-one-out": "-"}
+    text = "\n".join(f"{r['name']:<36} vs {r['predecessor'] or '-':<10} "
+                     f"{verb[r['kind']] + r['switch'] if r['switch'] else '(baseline)':<30} {r['summary']}"
+                     for r in rows)
     emit(args, rows, text)
     return 0
 
@@ -160,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:  # the reader went away (`... | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"mxfp4-ablation {args.command}: interrupted (no partial results were kept)", file=sys.stderr)
         return 130

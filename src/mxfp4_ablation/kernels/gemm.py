@@ -128,7 +128,7 @@ SWITCHES = _family.switch_table(
         "sits after the first 64x64 block's MFMAs.",
         metric="buffer_load_dword in the loop -> 0, one more LDS-DMA per step, lds_bytes +16 KiB; loop_s_waitcnt "
         "stays (35 per 2 K steps at 8192^3 before and after: the per-fragment LDS waits dominate until b_carry).",
-        expects=(Expect("loop_buffer_load_dword", "down", note="to 0"), Expect("loop_ds_read_b32", "up")),
+        expects=(Expect("loop_buffer_load_dword", "zero"), Expect("loop_ds_read_b32", "up")),
         requires=("g2s_m0",),
     ),
     Switch(

@@ -85,7 +85,7 @@ SWITCHES = _family.switch_table(
         "multiply-subtract; every index here is >= 0, so arith.divui/remui give the same numbers without it.",
         metric="s_ashr_i32 + v_ashrrev_i32 count falls to 0, s_mul_hi_i32 becomes s_mul_hi_u32 (Kimi: H/256 = "
         "28 column blocks), instruction count falls.",
-        expects=(Expect("sign_shifts", "down", note="to 0"), Expect("s_mul_hi_i32", "down"),
+        expects=(Expect("sign_shifts", "zero"), Expect("s_mul_hi_i32", "down"),
                  Expect("instructions", "down")),
     ),
     Switch(

@@ -270,9 +270,7 @@ def metric_wide(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def _moved(before: float, after: float, direction: str) -> bool:
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (before, after)):
-        return False
-    return after < before if direction == "down" else after > before
+    return family.Expect("metric", direction).holds(before, after)
 
 
 def expectation_table(metrics: pd.DataFrame) -> pd.DataFrame:
