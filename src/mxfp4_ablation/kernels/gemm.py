@@ -224,8 +224,9 @@ def _fam():
 
 def min_k_for_loop(switches) -> int:
     """Smallest K at which the variant has a runtime K loop (smaller K, down to the
-    256 minimum, run fully unrolled): 1024 for v0, 1280 once agpr_acc peels step 0,
-    1536 once scale_prefetch keeps the ring three steps ahead."""
+    256 minimum, run fully unrolled): 1024 without a peeled head, 1280 once scale_prefetch
+    keeps the ring three steps ahead (or zero_first_k peels step 0), 1536 with both or with
+    k_unroll4's two peeled steps (tests: ``test_min_k_for_loop_per_rung``)."""
     sw = _fam().check_switches(switches)
     k_iters = 1
     while True:
