@@ -198,7 +198,7 @@ def test_module_docstrings_are_rendered_from_the_records():
 def test_registering_every_family_does_not_import_flydsl():
     code = ("import sys; sys.modules['flydsl'] = None\n"
             "from mxfp4_ablation import family, variants\n"
-            "assert len(variants.all_variants()) == 14 + 5 + 9, len(variants.all_variants())\n"
+            "assert len(variants.all_variants()) == 17 + 5 + 9, len(variants.all_variants())\n"
             "for f in family.all_families().values(): f.module.check_shape(**f.shape((256, 256, 256)[:len(f.shape_params)]"
             " if f.name == 'gemm' else (16, 8, 512, 256, 2)))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -11,13 +11,27 @@ import re
 import pytest
 import torch
 
-from mxfp4_ablation import family, isa, toolchain
+from mxfp4_ablation import family, isa, metrics, toolchain
 from mxfp4_ablation.kernels import gemm
 
 F = family.get("gemm")
 
 TARGET = "mxfp4_ablation.kernels.gemm:compile_entry"
-LADDER_SHAPE = {"M": 1024, "N": 1024, "K": 2048}  # K big enough for a runtime K loop
+LADDER_SHAPE = {"M": 1024, "N": 1024, "K": 3072}  # K big enough for a runtime K loop of >= 2 iterations (k_unroll4: [2, 10))
+LAST = F.ladder[-1][0]  # the last rung (every switch on)
+#: Switches other switches require: no leave-one-out variant drops them.
+REQUIRED = {r for s in gemm.SWITCHES.values() for r in s.requires}
+
+
+def _rung(switch):
+    """The ladder rung that turns ``switch`` on."""
+    return next(n for (n, cur), (_, prev) in zip(F.ladder[1:], F.ladder) if cur - prev == {switch})
+
+
+def _before(switch):
+    """The rung just before ``_rung(switch)``."""
+    names = [n for n, _ in F.ladder]
+    return names[names.index(_rung(switch)) - 1]
 
 
 def _compile(variant, **shape):
@@ -43,7 +57,7 @@ def _reads_before_first_mfma(body):
 
 
 def test_ladder_is_cumulative_one_switch_per_step():
-    assert [n for n, _ in F.ladder] == [f"gemm-v{i}" for i in range(8)]
+    assert [n for n, _ in F.ladder] == [f"gemm-v{i}" for i in range(len(gemm.SWITCHES) + 1)]
     assert F.ladder[0][1] == frozenset()
     for (_, prev), (_, cur), switch in zip(F.ladder, F.ladder[1:], gemm.SWITCHES):
         assert cur - prev == {switch} and prev < cur
@@ -58,9 +72,10 @@ def test_every_switch_states_claim_mechanism_and_metric():
 def test_leave_one_out_drops_each_independent_switch():
     full = F.ladder[-1][1]
     loo = dict(F.leave_one_out())
-    assert set(loo) == {f"gemm-v7-no-{s}" for s in gemm.SWITCHES if s != "g2s_m0"}
+    assert REQUIRED == {"g2s_m0", "agpr_acc"}
+    assert set(loo) == {f"{LAST}-no-{s}" for s in gemm.SWITCHES if s not in REQUIRED}
     for name, switches in loo.items():
-        assert full - switches == {name.removeprefix("gemm-v7-no-")}
+        assert full - switches == {name.removeprefix(f"{LAST}-no-")}
         F.check_switches(switches)  # every leave-one-out set is valid
 
 
@@ -69,6 +84,8 @@ def test_a_dependent_switch_alone_is_refused_naming_its_dependency():
         F.check_switches({"scale_prefetch"})
     with pytest.raises(ValueError, match="b_carry depends on g2s_m0"):
         gemm.build(256, 256, 256, b_carry=True)
+    with pytest.raises(ValueError, match="zero_first_k depends on agpr_acc"):
+        F.check_switches({"zero_first_k"})
 
 
 @pytest.mark.parametrize(
@@ -92,7 +109,7 @@ def test_bad_switches_are_plain_value_errors():
     with pytest.raises(ValueError, match="True/False"):
         gemm.build(256, 256, 256, agpr_acc="yes")
     with pytest.raises(ValueError, match="unknown GEMM variant"):
-        F.switch_set("gemm-v9")
+        F.switch_set("gemm-v99")
 
 
 @pytest.mark.parametrize("m_tiles, n_tiles", [(1, 1), (4, 2), (3, 5), (8, 8), (5, 8), (16, 3), (7, 9)])
@@ -116,12 +133,18 @@ def test_wait_plan_matches_the_issue_order():
     ring = gemm._Plan(frozenset({"g2s_m0", "scale_prefetch"}), 8)
     assert ring.waits["top", 3] == 17 and ring.waits["top", 7] == 0
     assert ring.waits["prologue"] == 2 + 2 * 16  # scale(0) is read in the prologue: G1, G2, D0, D1 may fly
-    assert ring.loop_range(1) == (1, 5)
+    assert ring.loop_range(1) == (1, 5, 2)
+    # k_unroll4 (PR #990's shape of the loop): steps 0, 1 peeled, [2, K/256 - 2) four at a time, two
+    # tail steps; the loop's last step issues a dummy gather G(K/256) so every loop step is alike.
+    u4 = gemm._Plan(frozenset({"g2s_m0", "scale_prefetch", "k_unroll4"}), 32)
+    assert u4.loop_range(2) == (2, 30, 4)
+    assert ("G", 32, 1) in u4.issues(29) and not any(kind == "G" for kind, _, _ in u4.issues(30))
+    assert gemm._Plan(frozenset({"g2s_m0", "scale_prefetch", "k_unroll4"}), 6).loop_range(2) == (2, 4, 2)
 
 
 def test_min_k_for_loop_per_rung():
     got = [gemm.min_k_for_loop(s) for _, s in F.ladder]
-    assert got == [1024, 1280, 1280, 1280, 1536, 1536, 1536, 1536]
+    assert got == [1024, 1024, 1024, 1024, 1280, 1280, 1536, 1536, 1536, 1536]
     assert all(gemm.min_k_for_loop(s) <= LADDER_SHAPE["K"] for _, s in F.leave_one_out())
 
 
@@ -130,7 +153,7 @@ def test_min_k_for_loop_per_rung():
 
 @pytest.fixture(scope="module")
 def small_v7():
-    return _compile("gemm-v7", M=256, N=256, K=256)
+    return _compile(LAST, M=256, N=256, K=256)
 
 
 def test_small_v7_has_the_scaled_fp4_mfma_lds_dma_and_wide_stores(small_v7):
@@ -160,10 +183,12 @@ def test_every_rung_runs_128_scaled_mfmas_per_k_step_in_its_loop(ladder):
     for name, art in ladder.items():
         loop = _loop(art)
         mfma = [i for i in loop if i.opcode == "v_mfma_scale_f32_16x16x128_f8f6f4"]
-        assert len(mfma) == 2 * 128, name  # the loop body holds two K steps
+        steps = 4 if "k_unroll4" in F.switch_set(name) else 2
+        assert len(mfma) == steps * 128, name  # the loop body holds two K steps (four with k_unroll4)
         assert all("cbsz:4" in i.modifiers and "blgp:4" in i.modifiers for i in mfma), name
         assert _count(loop, r"buffer_load_dwordx4") >= 2 * gemm.LOADS_PER_STEP, name
-        assert isa.metrics(art.isa)["scratch_bytes"] == 0, name
+        if "agpr_acc" in F.switch_set(name):  # v0 may spill, as the seed's kernel did before AGPR pinning
+            assert isa.metrics(art.isa)["scratch_bytes"] == 0, name
 
 
 @pytest.mark.slow
@@ -173,23 +198,25 @@ def test_agpr_acc_removes_accumulator_shuffling(ladder):
     assert _count(v1, r"v_accvgpr_(read|write|mov)_b32") == 0
     m0, m1 = isa.metrics(ladder["gemm-v0"].isa), isa.metrics(ladder["gemm-v1"].isa)
     assert m1["agpr"] == 256 and m1["arch_vgpr"] < m0["arch_vgpr"]
-    assert m1["v_accvgpr_write"] == 0 < m0["v_accvgpr_write"]  # no zero-initialisation either
+    # PR #756's kernel (FlyDSL before #990) zero-initialises the 256 AGPRs: one write each, none in the loop.
+    assert m1["v_accvgpr_write"] == 256
 
 
 @pytest.mark.slow
 def test_serpentine_raises_mfma_operand_reuse(ladder):
-    before = isa.mfma_operand_reuse(ladder["gemm-v1"].isa, loop_only=True)
-    after = isa.mfma_operand_reuse(ladder["gemm-v2"].isa, loop_only=True)
+    before = isa.mfma_operand_reuse(ladder[_before("serpentine")].isa, loop_only=True)
+    after = isa.mfma_operand_reuse(ladder[_rung("serpentine")].isa, loop_only=True)
     assert after > 0.9 > before
 
 
 @pytest.mark.slow
 def test_g2s_m0_sets_m0_once_per_batch(ladder):
-    v2, v3 = _loop(ladder["gemm-v2"]), _loop(ladder["gemm-v3"])
+    v2, v3 = _loop(ladder[_before("g2s_m0")]), _loop(ladder[_rung("g2s_m0")])
     def m0_writes(body, op):
         return sum(1 for i in body if i.opcode == op and i.operands[:1] == ("m0",))
     assert m0_writes(v2, "s_mov_b32") == 2 * 16 and m0_writes(v2, "s_add_u32") == 0
     assert m0_writes(v3, "s_mov_b32") == 2 * 4 and m0_writes(v3, "s_add_u32") == 2 * 12
+    assert _count(v2, r"v_readfirstlane_b32") == 2 * 16  # before: m0 read-first-laned per load
     assert _count(v3, r"v_readfirstlane_b32") == 0
     dma3 = [i for i in v3 if i.opcode == "buffer_load_dwordx4" and "lds" in i.modifiers]
     assert all(i.operands[-1] != "0" for i in dma3)  # the K offset rides in soffset
@@ -197,32 +224,52 @@ def test_g2s_m0_sets_m0_once_per_batch(ladder):
 
 @pytest.mark.slow
 def test_scale_prefetch_moves_scales_to_one_lds_dma_per_step(ladder):
-    v3, v4 = _loop(ladder["gemm-v3"]), _loop(ladder["gemm-v4"])
+    b, a = _before("scale_prefetch"), _rung("scale_prefetch")
+    v3, v4 = _loop(ladder[b]), _loop(ladder[a])
     assert _count(v3, r"buffer_load_dword") == 2 * 8 and _count(v4, r"buffer_load_dword") == 0
     def dma(body):
         return sum(1 for i in body if i.opcode.startswith("buffer_load") and "lds" in i.modifiers)
     assert dma(v4) == dma(v3) + 2
-    assert isa.metrics(ladder["gemm-v4"].isa)["loop_s_waitcnt"] < isa.metrics(ladder["gemm-v3"].isa)["loop_s_waitcnt"]
 
 
 @pytest.mark.slow
-def test_b_carry_moves_a_quarter_of_the_operand_reads_off_the_step_start(ladder):
-    assert _reads_before_first_mfma(_loop(ladder["gemm-v4"])) == 32
-    assert _reads_before_first_mfma(_loop(ladder["gemm-v5"])) == 24
-    assert isa.metrics(ladder["gemm-v5"].isa)["loop_s_waitcnt"] <= isa.metrics(ladder["gemm-v4"].isa)["loop_s_waitcnt"]
+def test_b_carry_folds_the_per_fragment_waits(ladder):
+    b, a = _before("b_carry"), _rung("b_carry")
+    # before: A0/B0 at the step start, B1/A1 read in the MFMA shadow; after: A0/B0/A1, B1 carried in.
+    assert _reads_before_first_mfma(_loop(ladder[b])) == 16
+    assert _reads_before_first_mfma(_loop(ladder[a])) == 24
+    # PR #990: hot-loop s_waitcnt 68 -> 8 per 4 K steps; ours (1024x1024x3072) from dozens to 8.
+    mb, ma = metrics.gemm_metrics(ladder[b].isa), metrics.gemm_metrics(ladder[a].isa)
+    assert mb["loop_s_waitcnt_per_4k"] >= 60 and ma["loop_s_waitcnt_per_4k"] == 8
+
+
+@pytest.mark.slow
+def test_k_unroll4_runs_four_k_steps_per_iteration_and_peels_two(ladder):
+    mb, ma = isa.metrics(ladder[_before("k_unroll4")].isa), isa.metrics(ladder[_rung("k_unroll4")].isa)
+    assert (mb["loop_mfma"], ma["loop_mfma"]) == (256, 512)
+    # K = 3072 (12 steps): before, a 2-step body + 4 unrolled tail steps; after, 2 peeled + 4 + 2 (PR #990: 1024).
+    assert (mb["mfma"], ma["mfma"]) == (768, 1024)
+
+
+@pytest.mark.slow
+def test_zero_first_k_drops_the_accumulator_zeroing(ladder):
+    mb, ma = isa.metrics(ladder[_before("zero_first_k")].isa), isa.metrics(ladder[_rung("zero_first_k")].isa)
+    assert mb["v_accvgpr_write"] > 0 and ma["v_accvgpr_write"] == 0
+    insts = isa.parse(ladder[_rung("zero_first_k")].isa)[0].instructions
+    assert sum(1 for i in insts if i.opcode.startswith("v_mfma") and i.operands[3] == "0") == 64
 
 
 @pytest.mark.slow
 def test_wide_epilogue_stores_16_bytes_per_lane(ladder):
-    assert isa.metrics(ladder["gemm-v5"].isa)["buffer_store_by_width"] == {2: 256}
-    m6 = isa.metrics(ladder["gemm-v6"].isa)
+    assert isa.metrics(ladder[_before("wide_epilogue")].isa)["buffer_store_by_width"] == {2: 256}
+    m6 = isa.metrics(ladder[_rung("wide_epilogue")].isa)
     assert m6["buffer_store_by_width"] == {16: 32}
     assert m6["opcode_histogram"].get("v_permlane16_swap_b32_e32", 0) == 64
 
 
 @pytest.mark.slow
 def test_static_prologue_removes_the_integer_division(ladder):
-    m6, m7 = isa.metrics(ladder["gemm-v6"].isa), isa.metrics(ladder["gemm-v7"].isa)
+    m6, m7 = isa.metrics(ladder[_before("static_prologue")].isa), isa.metrics(ladder[_rung("static_prologue")].isa)
     assert m7["insts_before_first_buffer_load"] < m6["insts_before_first_buffer_load"]
     assert m6["opcode_histogram"].get("v_rcp_f32_e32", 0) > 0
     assert m7["opcode_histogram"].get("v_rcp_f32_e32", 0) == 0
@@ -233,7 +280,7 @@ def test_leave_one_out_variants_compile():
     names = [n for n, _ in F.leave_one_out()]
     arts = toolchain.compile_many([(TARGET, {**LADDER_SHAPE, "variant_name": n}) for n in names])
     for name, art in zip(names, arts):
-        assert isa.metrics(art.isa)["loop_mfma"] == 256, name
+        assert isa.metrics(art.isa)["loop_mfma"] == (512 if "k_unroll4" in F.switch_set(name) else 256), name
 
 
 # ---------------------------------------------------------------- numbers, in the emulator (slow)
@@ -262,8 +309,16 @@ def test_every_rung_computes_the_product_in_the_emulator(variant):
 
 
 @pytest.mark.slow
+def test_the_four_step_loop_computes_the_product_in_the_emulator():
+    """K = 3072 (12 steps): with k_unroll4 the loop runs [2, 10) in two iterations of four steps."""
+    out, ref, res = _run_in_emulator(LAST, 256, 256, 3072, seed=3)
+    assert res.hazards == []
+    torch.testing.assert_close(out, ref, rtol=2 ** -8, atol=1e-3)
+
+
+@pytest.mark.slow
 def test_xcd_tile_order_covers_every_tile_in_the_emulator():
-    out, ref, res = _run_in_emulator("gemm-v7", 1024, 512, 512, seed=2)  # 8 tiles: the XCD remap is live
+    out, ref, res = _run_in_emulator(LAST, 1024, 512, 512, seed=2)  # 8 tiles: the XCD remap is live
     assert res.hazards == []
     torch.testing.assert_close(out, ref, rtol=2 ** -8, atol=1e-3)
 
@@ -287,7 +342,7 @@ def test_the_hand_counted_waits_are_tight(tmp_path):
     import sys
 
     gfx950emu = pytest.importorskip("gfx950emu")
-    subprocess.run([sys.executable, "-c", _LOOSE_WAITS, "gemm-v7"], env=toolchain.compile_env(tmp_path),
+    subprocess.run([sys.executable, "-c", _LOOSE_WAITS, LAST], env=toolchain.compile_env(tmp_path),
                    check=True, capture_output=True)
     loose_isa = next(tmp_path.glob("*/*final_isa.s")).read_text()
     inputs = gemm.make_inputs(256, 256, 1536, seed=1)
@@ -315,7 +370,7 @@ def test_every_variant_has_a_timing_case():
         device = "cpu"
 
     ctx = DeviceContext(backend=CPU(), cache_bytes=4 << 20, rotation_factor=2.0)
-    for name, shape, flops in (("gemm-v7", (256, 256, 512), 2.0 * 256 * 256 * 512),
+    for name, shape, flops in ((LAST, (256, 256, 512), 2.0 * 256 * 256 * 512),
                                ("moe1-v2", (16, 8, 512, 256, 2), 2.0 * 32 * 512 * 512),
                                ("moe2-v4", (16, 8, 512, 256, 2), 2.0 * 32 * 256 * 512)):
         case = launchers.launcher_for(name, shape)(ctx)

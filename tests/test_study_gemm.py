@@ -351,11 +351,10 @@ def test_every_real_ladder_step_has_its_notebook_and_figures():
     assert {G.step_switch(n) for n in G.leave_one_out_names()} <= set(G.EXPECTATIONS)
 
 
-#: Claims of the seed that our kernel does not reproduce on the ISA, found by this study. b_carry: the
-#: hot loop already has 8 waits per 4 K steps from scale_prefetch (gemm-v4) on; carrying the B fragment
-#: moves one wait per step to the step's end instead of removing it (8 -> 8). Listed so that a change
+#: Claims of the seed that our kernel does not reproduce on the ISA, found by this study (none since
+#: b_carry's "before" waits per fragment like FlyDSL's: 70 -> 8 per 4 K steps). Listed so that a change
 #: either way (a fix, or another switch regressing) fails this test.
-KNOWN_MISSES = {("b_carry", "loop_s_waitcnt_per_4k")}
+KNOWN_MISSES = set()
 
 
 @pytest.mark.slow

@@ -40,4 +40,4 @@ def test_variant_passes_the_gate(name, shape):
 def test_every_family_has_variants():
     families = {v.family for v in ALL.values()}
     assert {"gemm", "moe1"} <= families
-    assert sum(v.family == "gemm" for v in ALL.values()) == 8 + 6  # ladder + leave-one-out
+    assert sum(v.family == "gemm" for v in ALL.values()) == 10 + 7  # ladder + leave-one-out

@@ -22,25 +22,39 @@ of 16 rows does not hit one bank group; B's preshuffled 1 KiB blocks are
 copied verbatim, so lane ``l`` reads its operand at ``16*l``.  Workgroups walk
 the tiles in an XCD-aware order (see :func:`tile_order`).
 
-One K step ``k`` (stage ``k % 2``), as emitted by ``_Steps.step``::
+One K step ``k`` (stage ``k % 2``), as emitted by ``_Steps.step`` without b_carry::
 
     s_waitcnt vmcnt(N) ; s_barrier        # stage k landed for every wave (N from _Plan)
-    ds_read_b128 x32                      # A0, B0, A1, B1 fragments of this wave
+    ds_read_b128 x16                      # A0, B0 fragments of this wave
+    block (0,0) ; ds_read B1 x8           # the compiler waits lgkmcnt(n) per fragment used
+    block (0,1) ; ds_read A1 x8
+    block (1,0)
     s_waitcnt lgkmcnt(0) ; s_barrier      # everyone is done reading stage k % 2 ...
     scale loads for k+1 (or ring gather for k+3), LDS-DMA of step k+2 into stage k % 2
-    128 MFMAs: blocks (0,0) (0,1) (1,0) (1,1)
+    block (1,1)
 
-The loop body holds two K steps (so the stage is static); step 0 (with agpr_acc)
+and with b_carry (B1 read at the end of the previous step, after one folded wait)::
+
+    ds_read_b128 x24 ; s_waitcnt lgkmcnt(0) ; s_barrier ; loads ; 128 MFMAs
+    s_waitcnt vmcnt(N) lgkmcnt(0) ; s_barrier ; ds_read B1 of step k+1 x8
+
+The loop body holds two K steps (four with k_unroll4; an even count keeps the stage
+static); the peeled head (step 0 with zero_first_k, steps 0 and 1 with k_unroll4)
 and the last 2-3 steps, which issue fewer loads, are unrolled around it.  Any K
-that is a multiple of 256 works; the runtime loop appears from K = 1024 (v0),
-1280 (v1-v3) and 1536 (v4-v7), see :func:`min_k_for_loop`.  The
+that is a multiple of 256 works; the runtime loop appears from K = 1024, 1280 or
+1536 depending on the switches, see :func:`min_k_for_loop`.
+
+Kernel arguments: A, B, C, A_scale, B_scale are passed flattened 1-D (one pointer and
+one i32 length each, as FlyDSL's own test passes them: 84 kernarg bytes), then M, N.  The
 hand-placed vmcnt counts come from replaying the issue order (:class:`_Plan`);
 ``gfx950emu``'s waitcnt checker and numeric runs confirm them (tests).
 
 Variants are data: :data:`SWITCHES` holds one :class:`~mxfp4_ablation.family.Switch`
 record per optimisation (the seed's claim, the mechanism, the ISA metric that should
 move); the registry (:mod:`mxfp4_ablation.family`) derives the cumulative ladder
-``gemm-v0`` .. ``gemm-v7`` and the ``gemm-v7-no-<switch>`` sets from it.  The "seed" is
+``gemm-v0`` .. ``gemm-vN`` and the ``gemm-vN-no-<switch>`` sets from it.  ``gemm-v1``
+(AGPR pinning, PR #756, with its zeroing writes) is FlyDSL's kernel before PR #990; every
+later switch is PR #990's.  The "seed" is
 FlyDSL's ``kernels/gemm/fp4_gemm_4wave.py`` (ROCm/FlyDSL; PR #990 = commit
 741f3d6d, and PR #756 for AGPR pinning), whose numbers are quoted, never its
 code.
@@ -50,7 +64,7 @@ from mxfp4_ablation import family as _family
 from mxfp4_ablation.errors import UsageError
 from mxfp4_ablation.family import Expect, Output, Seed, Switch
 
-#: The kernel family's name (its ladder is ``gemm-v0`` .. ``gemm-v7``) and how errors name it.
+#: The kernel family's name (its ladder is ``gemm-v0`` .. ``gemm-vN``) and how errors name it.
 NAME = "gemm"
 LABEL = "GEMM"
 SHAPE_PARAMS = ("M", "N", "K")
@@ -67,11 +81,17 @@ SWITCHES = _family.switch_table(
         claim="with the plain scaled-MFMA op the compiler spilled accumulators to arch VGPRs and shuffled them "
         "with v_accvgpr_mov/read (1679 such ops), arch VGPRs hit 256 and scales spilled.",
         mechanism="every MFMA is inline asm whose result is constrained to an AGPR and tied to the accumulator "
-        "input; K step 0 is peeled so its first K half uses the inline constant 0 as src2 instead of a zeroed "
-        "accumulator.",
-        metric="v_accvgpr_write/read/mov in the loop fall to 0, v_accvgpr_write (zeroing) to 0, arch_vgpr "
-        "falls, agpr = 256.",
-        expects=(Expect("v_accvgpr_write", "zero", note="the zeroing writes go (src2 = 0 instead)"),
+        "input; the accumulators start as zero vectors, so the compiler zeroes the 256 AGPRs with "
+        "v_accvgpr_write before the first K step (as FlyDSL's kernel did before PR #990).",
+        metric="v_accvgpr_write/read/mov in the loop fall to 0, arch_vgpr falls, agpr = 256; v_accvgpr_write "
+        "outside the loop = 256 (the zeroing, removed later by zero_first_k). Fidelity of this first rung "
+        "(gemm-v1) against FlyDSL daee90e4 at 8192^3, measured: 19 of 26 fingerprint metrics within 10 %; "
+        "outside: arch_vgpr 201 vs 250 (-20 %; ours keeps fewer fragments live: A1/B1 are read one block "
+        "before use), sgpr 53 vs 69 (-23 %, not explained yet), s_load 6 vs 8 (ours: 6 s_load_dwordx2; upstream "
+        "also 2 s_load_dword), "
+        "s_waitcnt 82 vs 64 (+28 %: the difference is outside the loop, whose 37 vs 34 is in band), s_barrier "
+        "8 vs 9 (one barrier fewer in our tail), insts_before_first_buffer_load 221 vs 199 (+11 %).",
+        expects=(Expect("v_accvgpr_mov", "down", note="accumulator shuffling goes"),
                  Expect("arch_vgpr", "down", seed_before=256, note="seed: arch VGPRs hit 256 before")),
     ),
     Switch(
@@ -91,10 +111,12 @@ SWITCHES = _family.switch_table(
         "loop-invariant.",
         mechanism="the DMA becomes inline asm 's_mov_b32 m0 | s_add_u32 m0 ; buffer_load_dwordx4 ... offen lds' "
         "(4 loads per m0 batch) with per-stage m0 bases precomputed in SGPRs, instead of the compiler intrinsic.",
-        metric="s_mov_b32 m0 per K step 16 -> 4, s_add_u32 m0 0 -> 12, no v_readfirstlane and fewer VALU adds "
+        metric="s_mov_b32 m0 per K step 16 -> 4, s_add_u32 m0 0 -> 12, v_readfirstlane one per load -> none in "
+        "the loop (program: 67 -> 3 at 8192^3, upstream before: 67) and fewer VALU adds "
         "in the loop. Side effect: the compiler no longer sees the DMA, so its own waits for the VGPR scale "
         "loads become conservative (loop_s_waitcnt rises until scale_prefetch).",
         expects=(Expect("loop_s_mov_b32_m0", "down", note="per K step 16 -> 4 in our kernel"),
+                 Expect("loop_v_readfirstlane", "down", note="one per LDS-DMA load -> 0"),
                  Expect("loop_s_add_u32_m0", "up", note="per K step 0 -> 12 in our kernel"),
                  Expect("loop_v_add_u32", "down")),
     ),
@@ -104,8 +126,8 @@ SWITCHES = _family.switch_table(
         "three K steps ahead, carried to VGPRs one step ahead, issued in the MFMA shadow.",
         mechanism="replaces 8 buffer_load_dword (to VGPR) per wave per K step; the ring read (ds_read2st64_b32) "
         "sits after the first 64x64 block's MFMAs.",
-        metric="buffer_load_dword in the loop -> 0, one more LDS-DMA per step, lds_bytes +16 KiB, loop_s_waitcnt "
-        "falls.",
+        metric="buffer_load_dword in the loop -> 0, one more LDS-DMA per step, lds_bytes +16 KiB; loop_s_waitcnt "
+        "stays (35 per 2 K steps at 8192^3 before and after: the per-fragment LDS waits dominate until b_carry).",
         expects=(Expect("loop_buffer_load_dword", "zero"), Expect("loop_ds_read_b32", "up")),
         requires=("g2s_m0",),
     ),
@@ -115,17 +137,43 @@ SWITCHES = _family.switch_table(
         "loop edge lets the waits fold into s_waitcnt vmcnt(N) lgkmcnt(0) + s_barrier; hot-loop s_waitcnt "
         "68 -> 8 per 4 K steps.",
         mechanism="at the end of step k one folded wait (vmcnt(N) lgkmcnt(0) + s_barrier) makes step k+1's tiles "
-        "visible, the B half-1 fragments are ds_read and passed as loop-carried values, and step k+1 starts "
-        "without a wait.",
-        metric="LDS reads between the step start and its first MFMA 32 -> 24; loop_s_waitcnt does not rise "
-        "(this kernel already waits only twice per step, so the seed's 68 -> 8 has no counterpart here).",
+        "visible, the B half-1 fragments are ds_read and passed as loop-carried values, and step k+1 reads its "
+        "other fragments, waits once (lgkmcnt(0) + s_barrier), refills the stage and runs its 128 MFMAs. Without "
+        "it (PR #990's before), the B half-1 and A half-1 fragments are read in the shadow of the first and "
+        "second 64x64 blocks and consumed as they arrive, so the compiler waits lgkmcnt(N) per fragment, and "
+        "the stage is released (lgkmcnt(0) + s_barrier) and refilled after the third block.",
+        metric="loop_s_waitcnt_per_4k 70 -> 8 at 8192^3 (seed: 68 -> 8); LDS reads between the step start and "
+        "its first MFMA 16 -> 24.",
         expects=(Expect("loop_s_waitcnt_per_4k", "down", seed_before=68, seed_after=8,
-                        note="a known miss: ours waits 8 times per 4 K steps from scale_prefetch on, and carrying B moves one "
-                        "wait per step to the step's end instead of removing it (8 -> 8)"),),
+                        note="ours 70 -> 8 per 4 K steps (8192^3)"),),
         requires=("g2s_m0",),
     ),
     Switch(
-        "wide_epilogue", "16-byte epilogue stores.", PR_990,
+        "k_unroll4", "Four K steps per loop iteration, two peeled.", PR_990,
+        claim="the K loop body holds 4 K steps instead of 2 (unroll 4 when (K/256 - 4) % 4 == 0, else 2); "
+        "K steps 0 and 1 run before the loop and the last two after it; a full unroll would not fit the "
+        "32 KiB instruction cache.",
+        mechanism="the loop runs steps [2, K/256 - 2) four at a time; so that every loop step issues the same "
+        "loads, the scale gather of step k + 3 is issued even at k = K/256 - 3 (global offset clamped to "
+        "the last step, into the ring slot nobody reads any more); the tail is two steps.",
+        metric="loop_mfma 256 -> 512, mfma 768 -> 1024 at 8192^3 (upstream: 256 -> 512 and 512 -> 1024).",
+        expects=(Expect("loop_mfma", "up", seed_before=256, seed_after=512, note="loop body 2 -> 4 K steps"),
+                 Expect("mfma", "up", seed_before=512, seed_after=1024, note="2 peeled + 4 loop + 2 tail steps")),
+    ),
+    Switch(
+        "zero_first_k", "Constant-zero first K step.", PR_990,
+        claim="the accumulators are not zero-initialised: K step 0 runs with zero_acc, its first-K-half MFMAs "
+        "write C = A*B directly.",
+        mechanism="K step 0 is peeled (already so with k_unroll4) and its first-K-half MFMAs use the inline "
+        "constant 0 as src2 instead of a zeroed AGPR accumulator.",
+        metric="v_accvgpr_write -> 0 (upstream 256 -> 0; ours 1 -> 0 at 8192^3: after k_unroll4 the compiler "
+        "already emits only 1 v_accvgpr_write for the zeroing, against 256 in gemm-v5).",
+        expects=(Expect("v_accvgpr_write", "down", seed_before=256, seed_after=0,
+                        note="the zeroing writes go (src2 = 0 instead), to 0"),),
+        requires=("agpr_acc",),
+    ),
+    Switch(
+        "wide_epilogue", "16-byte epilogue stores (the MFMA operand swap).", PR_990,
         claim="computing C^T by swapping the MFMA operands gives each lane four consecutive columns of one row; "
         "cvt_pk_bf16 + v_permlane16_swap pair two tiles so a lane holds 8 consecutive bf16 = 16 bytes for one "
         "buffer_store_dwordx4, interleaved into the tail MFMAs.",
@@ -139,10 +187,17 @@ SWITCHES = _family.switch_table(
         "static_prologue", "Compile-time M and N.", PR_990,
         claim="with M, N and the wave count compile-time constants no integer division runs before the first "
         "load; instructions before the first buffer_load 272 -> 88.",
-        mechanism="M and N are baked in, so the XCD tile order and buffer sizes fold to constants, shifts and "
-        "multiply-high.",
-        metric="insts_before_first_buffer_load falls; the integer-division idiom (v_cvt_f32_u32 + v_rcp_f32) "
-        "disappears.",
+        mechanism="M and N are baked in, so the XCD tile order (divisions by powers of two of the non-negative "
+        "workgroup id: shifts and masks, no signed fix-up) and buffer sizes fold to constants; the prologue "
+        "computes only what the first scale gathers need, plus the tile-independent lane part of the DMA "
+        "voffsets (as FlyDSL does after PR #990), before them, and the tile bases, m0 bases and ds_read "
+        "offsets after them.",
+        metric="insts_before_first_buffer_load 246 -> 74 at 8192^3 (upstream after: 65, +14 %); the "
+        "integer-division idiom (v_cvt_f32_u32 + v_rcp_f32) disappears. Measured alternatives: computing "
+        "every tile address after the gathers gives 49 (-25 %), computing them all before gives 123. "
+        "Fidelity of the last rung (all switches) against FlyDSL 741f3d6d at 8192^3, measured: 22 of 26 "
+        "fingerprint metrics within 10 %; outside: sgpr 43 vs 59 (-27 %, not explained yet), s_waitcnt 18 vs 23 (-22 %; the loop's 8 match, ours waits less in prologue and tail), "
+        "insts_before_first_buffer_load 74 vs 65 (+14 %, inside this switch's 15 % target).",
         expects=(Expect("insts_before_first_buffer_load", "down", seed_before=272, seed_after=88),
                  Expect("int_div_idiom", "down")),
     ),
@@ -169,16 +224,23 @@ def _fam():
 
 def min_k_for_loop(switches) -> int:
     """Smallest K at which the variant has a runtime K loop (smaller K, down to the
-    256 minimum, run fully unrolled): 1024 for v0, 1280 once agpr_acc peels step 0,
-    1536 once scale_prefetch keeps the ring three steps ahead."""
+    256 minimum, run fully unrolled): 1024 without a peeled head, 1280 once scale_prefetch
+    keeps the ring three steps ahead (or zero_first_k peels step 0), 1536 with both or with
+    k_unroll4's two peeled steps (tests: ``test_min_k_for_loop_per_rung``)."""
     sw = _fam().check_switches(switches)
-    head = 1 if "agpr_acc" in sw else 0
     k_iters = 1
     while True:
-        lo, hi = _Plan(sw, k_iters).loop_range(head)
+        lo, hi, _u = _Plan(sw, k_iters).loop_range(_head(sw, k_iters))
         if hi > lo:
             return k_iters * BLOCK_K
         k_iters += 1
+
+
+def _head(sw, k_iters) -> int:
+    """K steps emitted before the runtime loop: 2 with k_unroll4 (like PR #990), 1 when zero_first_k
+    peels step 0 for its src2 = 0, else 0 (never more than there are)."""
+    head = 2 if "k_unroll4" in sw else 1 if "zero_first_k" in sw else 0
+    return min(head, k_iters)
 
 
 def check_shape(M, N, K) -> dict:
@@ -263,6 +325,9 @@ class _Emitter:
         tid = fx.thread_idx.x
         self.lane = tid % 64
         self.wave = fx.Int32(C.uniform(tid // 64))
+        # The wave id as the compiler sees it in a VGPR (divergent): LDS-DMA destinations built from it
+        # need one v_readfirstlane per load for m0 (FlyDSL's kernel before PR #990; g2s_m0 removes them).
+        self.wave_v = fx.Int32(tid // 64)
         self.wi = self.wave // 2
         self.wj = self.wave % 2
         self.tile_i, self.tile_j = tile_order(fx.block_idx.x, _div(c_m, BLOCK_M), _div(c_n, BLOCK_N))
@@ -275,11 +340,47 @@ class _Emitter:
         if "scale_prefetch" in sw:
             self.ring = fx.Int32(C.uniform(C.lds_addr(lds.ring)))
             self.ring_wave = fx.Int32(C.uniform(self.ring + self.wave * 1024))
-        if "g2s_m0" in sw:
+        if self.static_mn is None:
+            self.m0_bases()
+        lane = self.lane
+        if "scale_prefetch" in sw:
+            is_a = self.wave < 2
+            rp = (self.wave % 2) * 4 + lane // 16
+            tile_x = fx.Int32(fx.arith.select(is_a, self.tile_i, self.tile_j))
+            self.g_voff = (tile_x * 8 + rp) * (self.K1 * 256) + (lane % 16) * 16
+            self.g_rsrc = llvm.SelectOp(C.raw(is_a), C.raw(self.sa_rsrc), C.raw(self.sb_rsrc)).result
+        if self.static_mn is None:
+            self.dma_addresses()
+            self.read_addresses()
+        else:
+            self.dma_lane_offsets()
+
+    def m0_bases(self):
+        if "g2s_m0" in self.sw:
             # The wave's m0 for each (stage, batch), read-first-laned once here, outside the K loop.
             self.m0_base = [[fx.Int32(C.uniform(self.lds + p * STAGE + b * HALF + self.wave * 1024)) for b in range(4)]
                             for p in range(2)]
+
+    def dma_lane_offsets(self):
+        """static_prologue: the tile-independent part of the DMA voffsets (computed before the first
+        load, like FlyDSL's lane offsets after PR #990); :meth:`dma_addresses` adds the tile bases."""
         lane = self.lane
+        chunk = (lane % 8) ^ (lane // 8)
+        self.a_lane_off, self.b_lane_off = {}, {}
+        for r in range(4):
+            q = self.wave + 4 * r
+            self.a_lane_off[r] = (q * 8 + lane // 8) * self.KB + chunk * 16
+            self.b_lane_off[r] = ((q // 2) * self.K0 + q % 2) * 1024 + lane * 16
+
+    def dma_addresses(self):
+        """Per-lane DMA voffsets of the A/B tiles."""
+        lane = self.lane
+        if self.static_mn is not None:
+            self.a_voff = {(h, r): self.a_lane_off[r] + (self.tile_i * BLOCK_M + h * 128) * self.KB
+                           for h in range(2) for r in range(4)}
+            self.b_voff = {(v, r): self.b_lane_off[r] + (self.tile_j * 16 + v * 8) * self.K0 * 1024
+                           for v in range(2) for r in range(4)}
+            return
         # A DMA: instruction q of half h moves rows 8q..8q+7 (128 B each); lane -> row 8q + lane//8,
         # LDS slot lane%8, which holds global 16-byte chunk (lane%8) ^ (lane//8) (the XOR swizzle).
         chunk = (lane % 8) ^ (lane // 8)
@@ -293,16 +394,15 @@ class _Emitter:
             for v in range(2):
                 n0 = self.tile_j * 16 + v * 8 + q // 2
                 self.b_voff[v, r] = (n0 * self.K0 + q % 2) * 1024 + lane * 16
+
+    def read_addresses(self):
+        """Per-lane ds_read offsets of the A/B fragments. With static_prologue they are computed after
+        the prologue's scale gathers (:meth:`_Steps.prologue`), as FlyDSL's kernel does after PR #990."""
+        lane = self.lane
         # ds_read lane offsets of A (per 128-K half ksub) and B.
         i, g = lane % 16, lane // 16
         self.a_lane = [self.lds + self.wi * 8192 + i * 128 + ((g ^ (i % 8)) ^ (4 * ks)) * 16 for ks in range(2)]
         self.b_lane = self.lds + 2 * HALF + self.wj * 8192 + lane * 16
-        if "scale_prefetch" in sw:
-            is_a = self.wave < 2
-            rp = (self.wave % 2) * 4 + lane // 16
-            tile_x = fx.Int32(fx.arith.select(is_a, self.tile_i, self.tile_j))
-            self.g_voff = (tile_x * 8 + rp) * (self.K1 * 256) + (lane % 16) * 16
-            self.g_rsrc = llvm.SelectOp(C.raw(is_a), C.raw(self.sa_rsrc), C.raw(self.sb_rsrc)).result
 
     # ------------------------------------------------------------------ global -> LDS
     def issue_tiles(self, k, parity):
@@ -318,11 +418,11 @@ class _Emitter:
             return
         for h in range(2):
             for r in range(4):
-                dst = stage + h * HALF + (self.wave + 4 * r) * 1024
+                dst = stage + h * HALF + (self.wave_v + 4 * r) * 1024
                 C.lds_dma_dwordx4(self.a_rsrc, dst, self.a_voff[h, r] + fx.Int32(k) * 128)
         for v in range(2):
             for r in range(4):
-                dst = stage + (2 + v) * HALF + (self.wave + 4 * r) * 1024
+                dst = stage + (2 + v) * HALF + (self.wave_v + 4 * r) * 1024
                 C.lds_dma_dwordx4(self.b_rsrc, dst, self.b_voff[v, r] + fx.Int32(k) * 2048)
 
     def _dma_batch(self, m0, voffs, rsrc, soff):
@@ -349,7 +449,10 @@ class _Emitter:
     def gather_scales(self, k):
         """One buffer_load_dwordx4 ... lds per wave: a quarter of the tile's scales for step k -> ring."""
         m0 = self.ring_wave + (fx.Int32(k) % RING_SLOTS) * RING_SLOT
-        soff = C.uniform(fx.Int32(k) * 256)
+        # k_unroll4's dummy gather (k = K/256) reads the last step's scales into a slot no one reads.
+        last = self.KI - 1
+        kc = min(k, last) if isinstance(k, int) else _select(fx.Int32(k) < last, k, last)
+        soff = C.uniform(fx.Int32(kc) * 256)
         _asm(None, [m0, self.g_voff, self.g_rsrc, soff],
              "s_mov_b32 m0, $0\n\tbuffer_load_dwordx4 $1, $2, $3 offen lds", "s,v,s,s,~{m0}")
 
@@ -381,7 +484,7 @@ class _Emitter:
             return C.mfma_scale_fp4(a, b, acc if acc is not None else C.zeros_f32x4(), sa, sb, opa, opb)
         mods = f"op_sel:[{opa & 1},{opb & 1},0] op_sel_hi:[{opa >> 1},{opb >> 1},0] cbsz:4 blgp:4"
         res = C.vec_type(4, T.f32)
-        if acc is None:  # first K step: src2 is the inline constant 0, nothing to zero first
+        if acc is None:  # zero_first_k, first K half: src2 is the inline constant 0, nothing to zero first
             return _asm(res, [a, b, sa, sb], f"v_mfma_scale_f32_16x16x128_f8f6f4 $0, $1, $2, 0, $3, $4 {mods}",
                         "=a,v,v,v,v")
         return _asm(res, [a, b, sa, sb, acc], f"v_mfma_scale_f32_16x16x128_f8f6f4 $0, $1, $2, $0, $3, $4 {mods}",
@@ -467,16 +570,37 @@ def tile_order(wg, m_tiles, n_tiles):
     their L2.  ``m_tiles``/``n_tiles`` are ints (static_prologue) or i32 values; with
     all-int arguments this is plain Python (tests check it is a permutation).
     """
+    static = isinstance(m_tiles, int) and isinstance(n_tiles, int)
+    div, mod = (_udiv, _umod) if static else (lambda a, b: a // b, lambda a, b: a % b)
     num = m_tiles * n_tiles
-    remap = (wg % N_XCD) * (num // N_XCD) + wg // N_XCD
+    remap = mod(wg, N_XCD) * (num // N_XCD) + div(wg, N_XCD)
     w = _select(num % N_XCD == 0, remap, wg)
     per_group = GROUP_M * n_tiles
-    group = w // per_group
+    group = div(w, per_group)
     first = group * GROUP_M
     left = m_tiles - first
     size = GROUP_M if isinstance(m_tiles, int) and m_tiles % GROUP_M == 0 else _select(left < GROUP_M, left, GROUP_M)
-    within = w % per_group
-    return first + within % size, within // size
+    within = mod(w, per_group)
+    return first + mod(within, size), div(within, size)
+
+
+def _pow2(b) -> bool:
+    return isinstance(b, int) and b > 0 and b & (b - 1) == 0
+
+
+def _udiv(a, b):
+    """``a // b`` for ``a >= 0`` (a workgroup id): a shift when ``b`` is a static power of two, so no
+    signed-division fix-up is emitted (static_prologue)."""
+    if isinstance(a, int) or not _pow2(b):
+        return a // b
+    return a >> (b.bit_length() - 1)
+
+
+def _umod(a, b):
+    """``a % b`` for ``a >= 0``: a mask when ``b`` is a static power of two."""
+    if isinstance(a, int) or not _pow2(b):
+        return a % b
+    return a & (b - 1)
 
 
 # ============================================================================ schedule
@@ -502,6 +626,7 @@ class _Plan:
         self.sw, self.KI = sw, KI
         self.ring = "scale_prefetch" in sw
         self.carry_b = "b_carry" in sw
+        self.unroll4 = "k_unroll4" in sw
         self.events = []  # (kind, step, n) in program order, plus ("wait", tag, None)
         self.waits = {}
         self._prologue()
@@ -511,7 +636,8 @@ class _Plan:
     def issues(self, k):
         """Groups issued inside step k: [(kind, step, n_instructions)]."""
         out = []
-        if self.ring and k + 3 < self.KI:
+        # With k_unroll4 every step that refills a stage also gathers (the one past the end is a dummy).
+        if self.ring and (k + 3 < self.KI or (self.unroll4 and k + 2 < self.KI)):
             out.append(("G", k + 3, 1))
         if not self.ring and k + 1 < self.KI:
             out.append(("S", k + 1, 8))
@@ -552,10 +678,13 @@ class _Plan:
             self.waits["end", k] = self._count_after(self._needs(k + 1))
 
     def loop_range(self, head):
-        """Steps [lo, hi) run by the runtime loop (two per iteration); the rest is unrolled."""
-        last = self.KI - (3 if self.ring else 2)  # steps < last issue every kind of load
-        pairs = max(0, (last - head) // 2)
-        return head, head + 2 * pairs
+        """``(lo, hi, unroll)``: steps [lo, hi) run by the runtime loop, ``unroll`` per iteration (4 with
+        k_unroll4 when the loop steps divide by 4, else 2); the rest is unrolled."""
+        # steps < last issue every kind of load (with k_unroll4 the gather past the end is a dummy)
+        last = self.KI - (3 if self.ring and not self.unroll4 else 2)
+        n = max(0, last - head)
+        unroll = 4 if self.unroll4 and n % 4 == 0 and n else 2
+        return head, head + unroll * (n // unroll), unroll
 
     def loop_wait(self, kind, ks):
         """The wait used in the loop body: the smallest count over the steps it stands for."""
@@ -569,8 +698,16 @@ class _Steps(_Emitter):
     def __init__(self, sw, M, N, K):
         super().__init__(sw, M, N, K)
         self.plan = _Plan(sw, self.KI)
-        self.head = 1 if "agpr_acc" in sw else 0  # agpr_acc peels step 0 to use src2 = 0
-        self.lo, self.hi = self.plan.loop_range(self.head)
+        self.head = _head(sw, self.KI)
+        self.lo, self.hi, self.unroll = self.plan.loop_range(self.head)
+
+    def loop_body(self, kk, state):
+        """One loop iteration: ``unroll`` K steps from the loop's i32 step ``kk``."""
+        lo, hi, u = self.lo, self.hi, self.unroll
+        acc, carry = self.unpack(state)
+        for j in range(u):
+            acc, carry = self.step(kk + j, (lo + j) % 2, acc, carry, lo + j, list(range(lo + j, hi, u)))
+        return self.pack(acc, carry)
 
     # state = 64 accumulators + 8 scale words (+ 8 B half-1 fragments with b_carry)
     def pack(self, acc, carry):
@@ -588,6 +725,10 @@ class _Steps(_Emitter):
             scales = None
         else:
             scales = self.load_scales_vgpr(0)
+        if self.static_mn is not None:  # the tile addresses once the scale gathers are on their way
+            self.m0_bases()
+            self.dma_addresses()
+            self.read_addresses()
         for k in range(min(2, self.KI)):
             rocdl.sched_barrier(0)
             self.issue_tiles(k, k % 2)
@@ -600,10 +741,10 @@ class _Steps(_Emitter):
         carry = list(scales)
         if "b_carry" in sw:
             carry += [f for tile in self.read_b(0, 1) for f in tile]
-        if self.head == 0:
-            acc = [C.zeros_f32x4() for _ in range(64)]
+        if "zero_first_k" in sw:
+            acc = [None] * 64  # step 0's first K half writes them (src2 = 0)
         else:
-            acc = [None] * 64
+            acc = [C.zeros_f32x4() for _ in range(64)]
         return acc, carry
 
     def step(self, k, parity, acc, carry, plan_k, loop_ks=None):
@@ -624,34 +765,48 @@ class _Steps(_Emitter):
             _wait(vmcnt=vm)
         a0 = self.read_a(parity, 0)
         b0 = self.read_b(parity, 0)
-        a1 = self.read_a(parity, 1)
-        if "b_carry" not in sw:
-            b1 = self.read_b(parity, 1)
-        # Every wave is done with this stage before anyone refills it.
-        _wait(lgkmcnt=0)
-        new_scales = None
-        for kind, kstep, _n in plan.issues(plan_k):
-            off = kstep - plan_k
-            kk = k + off
-            if kind == "G":
-                self.gather_scales(kk)
-            elif kind == "S":
-                new_scales = self.load_scales_vgpr(kk)
-            else:
-                self.issue_tiles(kk, parity)
-            rocdl.sched_barrier(0)
+        interleave = "b_carry" not in sw
+        if not interleave:
+            a1 = self.read_a(parity, 1)
+        loaded = {}
+
+        def release_and_refill():
+            # Every wave is done with this stage before anyone refills it.
+            _wait(lgkmcnt=0)
+            for kind, kstep, _n in plan.issues(plan_k):
+                kk = k + (kstep - plan_k)
+                if kind == "G":
+                    self.gather_scales(kk)
+                elif kind == "S":
+                    loaded["scales"] = self.load_scales_vgpr(kk)
+                else:
+                    self.issue_tiles(kk, parity)
+                rocdl.sched_barrier(0)
+
+        # b_carry folds the LDS waits into one lgkmcnt(0) + s_barrier before the MFMAs; without it (PR
+        # #990's "before") the MFMAs of the first two blocks consume the fragments as they arrive, so the
+        # compiler waits lgkmcnt(N) per fragment, and the stage is released after them.
+        if "b_carry" in sw:
+            release_and_refill()
         last = plan_k == self.KI - 1
         wide_tail = last and "wide_epilogue" in sw
         acc = list(acc)
         self.block(acc, 0, 0, a0, b0, scales, first)
         if wide_tail:
             self.store_block(acc, 0, 0)
+        if interleave:  # read in block (0, 0)'s shadow, consumed fragment by fragment in block (0, 1)
+            b1 = self.read_b(parity, 1)
         if "scale_prefetch" in sw and plan_k + 1 < self.KI:
-            new_scales = self.read_scales_ring(k + 1)  # in the MFMA shadow, one step ahead
+            loaded["scales"] = self.read_scales_ring(k + 1)  # in the MFMA shadow, one step ahead
         self.block(acc, 0, 1, a0, b1, scales, first)
         if wide_tail:
             self.store_block(acc, 0, 1)
+        if interleave:  # likewise for block (1, 0); the stage is released once it has everything
+            a1 = self.read_a(parity, 1)
         self.block(acc, 1, 0, a1, b0, scales, first)
+        if interleave:
+            release_and_refill()
+        new_scales = loaded.get("scales")
         if wide_tail:
             self.store_block(acc, 1, 0)
         self.block(acc, 1, 1, a1, b1, scales, first)
@@ -682,7 +837,7 @@ def build(M: int, N: int, K: int, **switches):
     sw = _fam().switch_kwargs(switches)
     _load_flydsl()
     layout = _Steps(sw, M, N, K)  # trace-free: only to know the loop's range here
-    lo, hi = layout.lo, layout.hi
+    lo, hi, unroll = layout.lo, layout.hi, layout.unroll
     KI = K // BLOCK_K
 
     if "scale_prefetch" in sw:
@@ -711,11 +866,8 @@ def build(M: int, N: int, K: int, **switches):
             acc, carry = em.step(k0, k0 % 2, acc, carry, k0)
         state = em.pack(acc, carry)
         if const_expr(hi > lo):
-            for kk, state in range(lo, hi, 2, init=state):
-                acc, carry = em.unpack(state)
-                acc, carry = em.step(kk, lo % 2, acc, carry, lo, list(range(lo, hi, 2)))
-                acc, carry = em.step(kk + 1, (lo + 1) % 2, acc, carry, lo + 1, list(range(lo + 1, hi, 2)))
-                state = yield em.pack(acc, carry)
+            for kk, state in range(lo, hi, unroll, init=state):
+                state = yield em.loop_body(kk, state)
         acc, carry = em.unpack(state)
         for k1 in range_constexpr(hi, KI):
             acc, carry = em.step(k1, k1 % 2, acc, carry, k1)
@@ -761,7 +913,7 @@ def make_inputs(M: int, N: int, K: int, seed: int = 0) -> dict:
 
 def kernel_args(inputs: dict, **switches) -> list:
     """The emulator's kernarg list (metadata ``.args`` order): A, B, C, A_scale, B_scale
-    as pointer + layout block each, then M and N as i32 (see ``common.kernarg_entries``).
+    flattened 1-D, as pointer + i32 length each, then M and N as i32 (see ``common.kernarg_entries``).
     C (bf16 [M, N]) is the output. No switch changes the list (``switches`` are validated)."""
     _fam().switch_kwargs(switches)
     missing = [n for n in ARG_NAMES if n not in inputs]
@@ -771,7 +923,7 @@ def kernel_args(inputs: dict, **switches) -> list:
     K = int(inputs["A"].shape[-1]) * 2
     check_shape(M, N, K)
     _load_flydsl()
-    return C.kernarg_values([(n, inputs[n]) for n in ARG_NAMES])
+    return C.kernarg_values([(n, _flat(inputs[n])) for n in ARG_NAMES])
 
 
 def reference(inputs: dict) -> dict:
@@ -790,7 +942,13 @@ def launch_config(M: int, N: int, K: int):
 def device_args(inputs: dict, **switches) -> tuple:
     """The FlyDSL launcher's arguments (tensors already on the GPU), in ``ARG_NAMES`` order."""
     _fam().switch_kwargs(switches)
-    return tuple(inputs[n] for n in ARG_NAMES)
+    return tuple(_flat(inputs[n]) for n in ARG_NAMES)
+
+
+def _flat(value):
+    """A tensor argument as the kernel takes it: flattened 1-D (a view sharing its storage, so the
+    kernel's stores land in the caller's tensor), as FlyDSL's own test passes them; ints pass through."""
+    return value.reshape(-1) if hasattr(value, "reshape") else value
 
 
 def flops(M: int, N: int, K: int) -> float:
@@ -812,12 +970,13 @@ def compile_entry(M: int, N: int, K: int, variant_name: str = None, **switches):
     switches = _fam().resolve(variant_name, switches)
     launcher = build(M, N, K, **switches)
     # Only shapes and dtypes matter for an offline compile: zero tensors are enough.
+    # Tensors are flattened 1-D (see device_args): one pointer + one i32 length each, 84 kernarg bytes.
     args = (
-        torch.zeros(M, K // 2, dtype=torch.uint8),
-        torch.zeros(N, K // 2, dtype=torch.uint8),
-        torch.zeros(M, N, dtype=torch.bfloat16),
-        torch.zeros(M, K // 32, dtype=torch.uint8),
-        torch.zeros(N, K // 32, dtype=torch.uint8),
+        torch.zeros(M * K // 2, dtype=torch.uint8),
+        torch.zeros(N * K // 2, dtype=torch.uint8),
+        torch.zeros(M * N, dtype=torch.bfloat16),
+        torch.zeros(M * K // 32, dtype=torch.uint8),
+        torch.zeros(N * K // 32, dtype=torch.uint8),
         M,
         N,
     )
