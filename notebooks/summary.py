@@ -15,7 +15,7 @@
 # # Summary: every optimisation step, side by side
 #
 # **Dense MXFP4 GEMM** (seed: FlyDSL PR #990 and the AGPR pinning of PR #756). The ladder `gemm-v0` ..
-# `gemm-v7` adds one switch per step; the leave-one-out variants `gemm-v7-no-<switch>` remove one switch
+# `gemm-v9` adds one switch per step; the leave-one-out variants `gemm-v9-no-<switch>` remove one switch
 # from the full kernel, to show what it is still worth on top of all the others.
 #
 # * the **static** numbers (every ISA metric per step, and whether each switch moves the metric it is
@@ -62,7 +62,7 @@ report.figure("ladder_metrics")
 report.expectations[report.expectations["comparison"] == "ladder"].reset_index(drop=True)
 
 # %% [markdown]
-# ## Leave-one-out: `gemm-v7` with one switch removed
+# ## Leave-one-out: `gemm-v9` with one switch removed
 # `g2s_m0` has no leave-one-out variant: `scale_prefetch` and `b_carry` depend on it.
 
 # %%
@@ -90,7 +90,7 @@ display(report.figure("tflops"))
 # ## What each step buys, *modelled* (GEMM)
 # The gfx950emu timing model over every rung at PR #990's four shapes and every leave-one-out variant at
 # 8192^3 (labelled *modelled* with the model's version and clock; never measured). The waterfall adds
-# each step's modelled delta from `gemm-v0` to `gemm-v7`, beside PR #990's published before / after /
+# each step's modelled delta from `gemm-v0` to `gemm-v9`, beside PR #990's published before / after /
 # aiter-asm bars (orange, *published*); one panel per shape.
 
 # %%
@@ -104,7 +104,7 @@ if gemm_model:
     display(gemm_model.figure("modelled_waterfall"))
 
 # %% [markdown]
-# ### Leave-one-out, modelled: what removing each switch from `gemm-v7` costs
+# ### Leave-one-out, modelled: what removing each switch from `gemm-v9` costs
 
 # %%
 if gemm_model:

@@ -182,7 +182,7 @@ else:
 
 # %% [markdown]
 # ## 4. The study's own GEMM ladder (optional: `ladder_shape`)
-# Modelled TFLOPS and cycles per MFMA of `gemm-v0` .. `gemm-v7` (one workgroup sampled). The tile
+# Modelled TFLOPS and cycles per MFMA of `gemm-v0` .. `gemm-v9` (one workgroup sampled). The tile
 # order (`serpentine`) cannot move a number here: the grid model has no L2-capacity model of the tile
 # order yet, so v1 -> v2 is 0 by construction.
 

@@ -12,26 +12,100 @@
 # ---
 
 # %% [markdown]
-# # GEMM ladder step 7 · `zero_first_k`: constant-zero first K step (PR #990)
+# # GEMM ladder step 7 · `zero_first_k`: the first K step writes the accumulators, no zeroing (PR #990)
 #
-# PR #990 stops zero-initialising the 256 AGPR accumulators: K step 0's first-K-half MFMAs take the
-# inline constant 0 as src2, so the 256 `v_accvgpr_write` of PR #756's kernel go.
-#
-# The seed's own words for this step (from the switch docstring in `src/mxfp4_ablation/kernels/gemm.py`),
-# the correctness checks, the ISA diff against the predecessor and the speed view all come from
-# `mxfp4_ablation.studies.gemm.step_report`; tables land in this run's folder, figures under
-# `figures/gemm/`.
+# PR #990 starts the accumulation with a constant-zero C operand on the first (peeled) K step
+# instead of zeroing the AGPR accumulators with `v_accvgpr_write`; AGPR pinning itself came earlier,
+# with FlyDSL PR #756 (rung 1).
 
 # %% tags=["parameters"]
 out_dir = None  # set by the runner: the run folder this notebook writes into
 mode = "emulated"  # device | emulated | static (set by the runner)
+variant = "gemm-v7"
 baseline = None  # None: the ladder predecessor
-shapes = None  # None: the mode's defaults (emulated: 256x256x2048 and 512x512x2048; device: PR #990's shapes)
+shapes = None  # None: the mode's defaults (emulated: 256x256x2048 and 512x512x2048; device: PR #990's)
+isa_shape = [8192, 8192, 8192]  # where the ISA is read
 seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
-variant = "gemm-v7"
+modelled = True  # the timing model's speed too, where mxfp4_ablation.modelled exists
+
+# %% [markdown]
+# The switch's own record (the seed's claim, the mechanism, the metric it should move), rendered:
 
 # %%
 from mxfp4_ablation.studies import gemm
 
-gemm.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations).show()
+step = gemm.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations, isa_shape,
+                        modelled=modelled)
+step.intro()
+
+# %% [markdown]
+# ## Correctness
+# Every check of this variant (the emulator off-device, the GPU on an MI355X), at every shape and seed.
+
+# %%
+step.verify
+
+# %% [markdown]
+# ## ISA: what changed from the predecessor
+# Static counts of the offline gfx950 compile; `step.changed(only_intended=True)` keeps the switch's own.
+
+# %%
+step.changed()
+
+# %%
+step.expectations
+
+# %%
+step.figure("isa_diff")
+
+# %% [markdown]
+# ## The hot loop, side by side (predecessor | step)
+# `step.hot_loop(regime, lines=None)` shows all of it; `step.isa_text(name)` is the whole `.s`.
+
+# %%
+step.hot_loop()
+
+# %% [markdown]
+# ## Speed
+# Every value says its kind: *measured* (an MI355X, paired A/B with CIs), *modelled* (the timing model,
+# where it exists) or *published* (the seed's own figures); a kind that is missing says why.
+
+# %%
+step.speed_table()
+
+# %%
+step.figure("speed")
+
+# %% [markdown]
+# ## What this step buys, *modelled*
+# The gfx950emu timing model (every value labelled *modelled*, with the model's version and clock; never
+# measured): the step and its predecessor at PR #990's four shapes; the delta in % with the model's error band (the
+# rule is printed below, from `experiments/reference/timing_validation.csv`) and what bounds it.
+
+# %%
+from IPython.display import Markdown, display
+
+from mxfp4_ablation.studies import ablation
+
+model = ablation.step_section(step) if modelled else None
+display(model.table() if model else Markdown("*Not modelled in this run* (`modelled = False`)."))
+if model:
+    display(Markdown(f"Error band: {model.band['rule']}."))
+
+# %% [markdown]
+# The seed's claim for this step, and whether the model sees it (sign; size where the claim states one):
+
+# %%
+if model:
+    display(Markdown(model.verdict_lines()))
+    display(model.figure("speed_delta"))
+
+# %% [markdown]
+# ### Where the cycles go (modelled)
+# MFMA-busy and exposed cycles by reason per SIMD (predecessor | step), and two trips of the hot loop
+# (4 waves + the MFMA pipes) side by side.
+
+# %%
+if model:
+    display(model.figure("speed_cycles"))

@@ -362,7 +362,7 @@ class Family:
 
     @property
     def full(self) -> str:
-        """The last rung's name (``gemm-v7``)."""
+        """The last rung's name (``gemm-v9``)."""
         return self.ladder[-1][0]
 
     def leave_one_out(self) -> list[tuple[str, frozenset]]:

@@ -8,7 +8,7 @@ the sample, and the model version + parameter file, so ``make reproduce`` pays o
 (variant, shape).
 
     from mxfp4_ablation import modelled
-    r = modelled.model("gemm-v7", (8192, 8192, 8192))
+    r = modelled.model("gemm-v9", (8192, 8192, 8192))
     r["kernel"]["tflops"], r["cycles_per_mfma_loop"], r["exposed"]
 
 :func:`model_isa` does the same for any ISA text (e.g. upstream FlyDSL's own kernel) with
