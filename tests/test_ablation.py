@@ -263,6 +263,7 @@ def test_zero_input_gemm_timing_equals_the_real_input_timing():
 
 
 def test_model_shapes_knob(monkeypatch):
+    from mxfp4_ablation import family
     from mxfp4_ablation.studies import gemm
 
     monkeypatch.setenv("MXFP4_MODEL_SHAPES", "isa")
@@ -271,7 +272,8 @@ def test_model_shapes_knob(monkeypatch):
     monkeypatch.setenv("MXFP4_MODEL_SHAPES", "all")
     assert len(A.default_shapes(gemm.STUDY)) == 4
     plan = A.summary_plan(gemm.STUDY)
-    assert len(plan) == 8 * 4 + 6 and len(set(plan)) == len(plan)
+    rungs, loo = len(family.get("gemm").ladder), len(family.get("gemm").leave_one_out())
+    assert len(plan) == rungs * 4 + loo and len(set(plan)) == len(plan)
     monkeypatch.setenv("MXFP4_MODEL_SHAPES", "some")
     with pytest.raises(A.AblationError, match="MXFP4_MODEL_SHAPES"):
         A.default_shapes(gemm.STUDY)
