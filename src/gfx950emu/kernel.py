@@ -19,10 +19,7 @@ from . import decode as D
 from . import memops
 from .decode import Ctx, Decoded, DecodeError, U32
 
-try:
-    from . import mfma as _mfma
-except ImportError:  # pragma: no cover
-    _mfma = None
+from . import mfma as _mfma
 
 _NOPS = {"s_nop", "s_setprio", "s_sleep", "s_icache_inv", "s_incperflevel", "s_decperflevel",
          "s_ttracedata", "s_sched_barrier", "s_sched_group_barrier", "s_set_inst_prefetch_distance"}
@@ -205,8 +202,6 @@ def _build_special_salu(ins, ctx, name, d):
 
 
 def _build_mfma(ins, ctx, name, d):
-    if _mfma is None:
-        raise ctx.err("MFMA support (gfx950emu.mfma) is not available")
     o = ins.operands
     m = ins.mods
     for k in m:
@@ -415,7 +410,7 @@ def _decode_one(ins, ctx):
     elif cls == "mfma":
         fn = _build_mfma(ins, ctx, name, d)
     elif cls == "lds":
-        r = memops.build_ds(ins, ctx, name, {})
+        r = memops.build_ds(ins, ctx, name)
         if r is not None:
             fn, kind, di, nd, reads = r
             d.vreads = frozenset(reads)
@@ -432,7 +427,7 @@ def _decode_one(ins, ctx):
             fn = memops.build_buffer_cache(ins, ctx, name)
             d.pend = ("vm", frozenset(), frozenset(), False)
         elif name.startswith("buffer_"):
-            r = memops.build_buffer(ins, ctx, name, {})
+            r = memops.build_buffer(ins, ctx, name)
             if r is not None:
                 fn, kind, ret, lds_mode, di, ndw, ai, o = r
                 reads = set(range(ai, ai + (2 if ("idxen" in ins.mods and "offen" in ins.mods) else 1))) if ai is not None else set()
@@ -449,7 +444,7 @@ def _decode_one(ins, ctx):
                 d.vreads, d.vwrites, d.sreads = frozenset(reads), frozenset(writes), frozenset(sreads)
                 d.pend = ("vm", d.vwrites, frozenset(), lds_mode)
         else:
-            r = memops.build_global(ins, ctx, name, {})
+            r = memops.build_global(ins, ctx, name)
             if r is not None:
                 fn, kind, ret, lds_mode, di, ai, saddr, si = r
                 nb = 2 if not saddr else 1

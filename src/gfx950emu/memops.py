@@ -219,7 +219,7 @@ def build_buffer_cache(ins, ctx, name):
     return lambda w: None
 
 
-def build_buffer(ins, ctx, name, hz_info):
+def build_buffer(ins, ctx, name):
     o = ins.operands
     m = ins.mods
     for k in m:
@@ -274,7 +274,6 @@ def build_buffer(ins, ctx, name, hz_info):
         ndw *= 2            # data = (new, compare); the hazard sets over-approximate the returned half
     lane_stride = 4 if nbytes <= 4 else 16      # LLVM AMDGPUDMAOperations: 4*lane (<=4 B), 16*lane (12/16 B)
     lane_iota = np.arange(64, dtype=np.uint64)
-    hz_info["buffer"] = True
 
     def address(w, lanes):
         """(addresses [L], in-range [L, ndw]) -- memory.py describes the range check."""
@@ -389,7 +388,7 @@ def _ret_commit(w, di, lanes, o32):
 
 
 # ---------------------------------------------------------------- global ----
-def build_global(ins, ctx, name, hz_info):
+def build_global(ins, ctx, name):
     o = ins.operands
     m = ins.mods
     for k in m:
@@ -530,7 +529,7 @@ def _later(w, fn):
         fn(w)
 
 
-def build_ds(ins, ctx, name, hz_info):
+def build_ds(ins, ctx, name):
     o = ins.operands
     m = ins.mods
     for k in m:

@@ -203,11 +203,7 @@ def upstream_validation(out_dir, *, sample=1, shapes=SHAPES, use_cache: bool = T
     pub = published_gemm()
     rows = []
     co = Path(out_dir) / "aiter" / AITER_CO
-    try:
-        import gfx950emu.codeobject  # noqa: F401  (emudev's code-object loader)
-        with_asm = co.is_file()
-    except ImportError:
-        with_asm = False
+    with_asm = co.is_file()
     for M, N, K in shapes:
         for stage, c8 in {**COMMITS, **({"aiter_asm": None} if with_asm else {})}.items():
             if c8 is None:
@@ -365,10 +361,8 @@ def aiter_asm_isa(co_path) -> str:
     same bits as ``v_add_u32_e64`` -- is written as that."""
     import re
 
-    try:
-        from gfx950emu.codeobject import code_object_to_isa
-    except ImportError:
-        raise UsageError("modelling a code object needs gfx950emu.codeobject (load_code_object)") from None
+    from gfx950emu.codeobject import code_object_to_isa
+
     isa = code_object_to_isa(str(co_path))
     isa = re.sub(r"(\.amdhsa_float_denorm_mode_(?:32|16_64)) \d+", r"\1 3", isa)
     return re.sub(r"\bv_add_i32 (v\d+, [^\n;]*?)(\s*(?:;|\n))",
