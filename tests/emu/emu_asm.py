@@ -74,9 +74,10 @@ def kernel(body: str, args=("in", "out"), name: str = "k", lds: int = 0, acc: in
     return text
 
 
-def run_valu(op_lines: str, inputs, nout: int = 1, acc: int = 128):
+def run_valu(op_lines: str, inputs, nout: int = 1, acc: int = 128, patch=None):
     """Run VALU lines on 64 lanes: inputs[k] (uint32 [64]) arrive in v(10+k);
-    returns the uint32 [nout, 64] values of v20.. afterwards."""
+    returns the uint32 [nout, 64] values of v20.. afterwards. ``patch(text) -> text`` may edit the
+    kernel text first (e.g. its descriptor directives)."""
     inputs = [np.broadcast_to(np.asarray(x, dtype=np.uint32), (64,)) for x in inputs]
     loads = "\n".join(f"global_load_dword v{10 + k}, v1, s[4:5] offset:{256 * k}" for k in range(len(inputs)))
     stores = "\n".join(f"global_store_dword v1, v{20 + k}, s[6:7] offset:{256 * k}" for k in range(nout))
@@ -90,7 +91,8 @@ s_waitcnt vmcnt(0)
 {stores}
 s_endpgm
 """
-    prog = gfx950emu.load(kernel(body, acc=acc))
+    text = kernel(body, acc=acc)
+    prog = gfx950emu.load(patch(text) if patch else text)
     inp = np.concatenate(inputs) if inputs else np.zeros(64, np.uint32)
     out = np.zeros(64 * nout, dtype=np.uint32)
     res = gfx950emu.launch(prog, grid=1, block=64, args=[inp, out], hazards="strict")

@@ -18,26 +18,7 @@ OP16 = "v_mfma_scale_f32_16x16x128_f8f6f4"
 
 def run_text(op_lines, inputs, nout=1, patch=None):
     """run_valu with a hook that edits the kernel text (descriptor directives)."""
-    inputs = [np.broadcast_to(np.asarray(x, dtype=np.uint32), (64,)) for x in inputs or [0]]
-    loads = "\n".join(f"global_load_dword v{10 + k}, v1, s[4:5] offset:{256 * k}" for k in range(len(inputs)))
-    stores = "\n".join(f"global_store_dword v1, v{20 + k}, s[6:7] offset:{256 * k}" for k in range(nout))
-    body = f"""
-s_load_dwordx4 s[4:7], s[0:1], 0x0
-v_lshlrev_b32_e32 v1, 2, v0
-s_waitcnt lgkmcnt(0)
-{loads}
-s_waitcnt vmcnt(0)
-{op_lines}
-{stores}
-s_endpgm
-"""
-    text = emu_asm.kernel(body)
-    if patch:
-        text = patch(text)
-    prog = gfx950emu.load(text)
-    out = np.zeros(64 * nout, dtype=np.uint32)
-    gfx950emu.launch(prog, grid=1, block=64, args=[np.concatenate(inputs), out], hazards="report")
-    return out.reshape(nout, 64)
+    return emu_asm.run_valu(op_lines, inputs or [0], nout=nout, patch=patch)
 
 
 def _directive(extra):
