@@ -105,4 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m mxfp4_ablation.figures` runs this file as __main__, a second module object: the figure
+    # modules register into the imported mxfp4_ablation.figures, so its main() must be the one that runs.
+    from mxfp4_ablation import figures as _registry
+
+    sys.exit(_registry.main())
