@@ -18,22 +18,29 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def _redirect_fds(path: Path):
+def redirect_fds(log):
+    """Point the C-level stdout/stderr (fds 1 and 2: FlyDSL's C++ prints there too) at the open file
+    ``log`` for the block; ``restore_stderr()`` (yielded) puts fd 2 back early, e.g. to report a failure."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    with open(path, "w") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    try:
+        yield lambda: (sys.stderr.flush(), os.dup2(saved[1], 2))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+@contextlib.contextmanager
+def _redirect_fds(path: Path):
+    with open(path, "w") as log, redirect_fds(log):
+        yield
 
 
 def _run(job: dict) -> dict:

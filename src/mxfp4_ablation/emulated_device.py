@@ -135,30 +135,18 @@ def _free(ptr: int) -> None:
 @contextlib.contextmanager
 def _quiet():
     """FlyDSL's in-process compile and runtime print to the C-level stdout/stderr; keep it, show it on failure."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with tempfile.TemporaryFile(mode="w+") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
+    from ._compile_worker import redirect_fds
+
+    with tempfile.TemporaryFile(mode="w+") as log, redirect_fds(log) as restore_stderr:
         try:
             yield log
         except BaseException:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[1], 2)
+            restore_stderr()
             log.seek(0)
             text = log.read().strip()
             if text:
                 print(f"--- FlyDSL output (tail) ---\n{text[-2000:]}", file=sys.stderr)
             raise
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
 
 
 def to_device(inputs: dict) -> dict:
