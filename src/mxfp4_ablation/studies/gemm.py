@@ -2,8 +2,8 @@
 
 The ladder ``gemm-v0`` .. ``gemm-v9`` (seed: FlyDSL PR #990 and the AGPR pinning of PR #756), its
 leave-one-out set, one regime (no regime column): the ISA is read at 8192^3, the emulator checks
-256x256x2048 and 512x512x2048 (K = 2048 is the smallest K at which every variant keeps a runtime K loop
-with two trips), an MI355X checks and times the PR's four benchmark shapes. Speed: measured TFLOPS on a
+256x256x3072 and 512x512x3072 (K = 3072 keeps a runtime K loop with two trips in every variant,
+k_unroll4's four-step loop included), an MI355X checks and times the PR's four benchmark shapes. Speed: measured TFLOPS on a
 device; PR #990's own TFLOPS (``experiments/reference/gemm_published.csv``), labelled *published*,
 anywhere else; modelled TFLOPS where the timing model exists.
 

@@ -34,7 +34,7 @@ HEADER = """# ---
 #: Per study: the parameters beyond out_dir / mode / variant, and the study module.
 PARAMETERS = {
     "gemm": ('baseline = None  # None: the ladder predecessor\n'
-             'shapes = None  # None: the mode\'s defaults (emulated: 256x256x2048 and 512x512x2048; device: PR #990\'s)\n'
+             'shapes = None  # None: the mode\'s defaults (emulated: 256x256x3072 and 512x512x3072; device: PR #990\'s)\n'
              'isa_shape = [8192, 8192, 8192]  # where the ISA is read\n'
              'seeds = [0]\n'
              'iterations = 100  # timed A/B pairs per process (device mode only)\n'
