@@ -766,7 +766,8 @@ def _draw_timeline(ax, tl: pd.DataFrame, title: str) -> None:
         sub = tl[tl["track"] == track]
         for kind, g in sub.groupby("kind"):
             ax.broken_barh(list(zip(g["start"], (g["end"] - g["start"]).clip(lower=1))), (y - 0.4, 0.8),
-                           facecolors=colours.get(kind, "#bababa"), linewidth=0)
+                           facecolors=colours.get(kind, "#bababa"), linewidth=0,
+                           rasterized=True)  # thousands of bars: pixels in the SVG, not one path each
     ax.set_yticks(range(len(tracks)), tracks, fontsize=5)
     ax.invert_yaxis()
     ax.set_xlabel("cycles from a middle hot-loop trip", fontsize=6)
