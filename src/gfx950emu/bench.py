@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from . import launch, load
+from . import asm, launch, load
 
 TILE = 256
 _ARGS = ("A", "B", "A_scale", "B_scale", "C")
@@ -127,45 +127,8 @@ def synthetic_gemm_isa(K: int = 2048) -> str:
             for i in range(4):
                 e(f"buffer_store_dword v{104 + i}, v11, s[24:27], s45 offen offset:{1024 * i}")
     e("s_endpgm")
-    body = "\n".join(("\t" + x) if not x.endswith(":") else x for x in L)
-    args = "".join(f"      - .address_space:  global\n        .name:           {n}\n        .offset:         {8 * k}\n"
-                   f"        .size:           8\n        .value_kind:     global_buffer\n" for k, n in enumerate(_ARGS))
-    return f"""\t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
-\t.text
-\t.globl\tgemm_synth
-\t.type\tgemm_synth,@function
-gemm_synth:
-{body}
-.Lfunc_end0:
-\t.rodata
-\t.amdhsa_kernel gemm_synth
-\t\t.amdhsa_group_segment_fixed_size 32768
-\t\t.amdhsa_kernarg_size 40
-\t\t.amdhsa_user_sgpr_count 2
-\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
-\t\t.amdhsa_system_sgpr_workgroup_id_x 1
-\t\t.amdhsa_system_vgpr_workitem_id 0
-\t\t.amdhsa_next_free_vgpr 512
-\t\t.amdhsa_next_free_sgpr 64
-\t\t.amdhsa_accum_offset 256
-\t.end_amdhsa_kernel
-\t.text
-\t.amdgpu_metadata
----
-amdhsa.kernels:
-  - .args:
-{args}    .group_segment_fixed_size: 32768
-    .kernarg_segment_size: 40
-    .name:           gemm_synth
-    .reqd_workgroup_size:
-      - 256
-      - 1
-      - 1
-    .wavefront_size: 64
-amdhsa.target:   amdgcn-amd-amdhsa--gfx950
-...
-\t.end_amdgpu_metadata
-"""
+    return asm.kernel("\n".join(L), args=_ARGS, name="gemm_synth", lds=32768, acc=256, vgprs=512,
+                      reqd_workgroup_size=(256, 1, 1))
 
 
 _FP4 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])

@@ -10,44 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import asm
 from .params import Params
-
-_HDR = """\t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
-\t.text
-\t.globl\tmicro
-\t.type\tmicro,@function
-micro:
-"""
-_DESC = """.Lfunc_end0:
-\t.rodata
-\t.amdhsa_kernel micro
-\t\t.amdhsa_group_segment_fixed_size {lds}
-\t\t.amdhsa_kernarg_size 8
-\t\t.amdhsa_user_sgpr_count 2
-\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
-\t\t.amdhsa_system_sgpr_workgroup_id_x 1
-\t\t.amdhsa_next_free_vgpr 256
-\t\t.amdhsa_next_free_sgpr 64
-\t\t.amdhsa_accum_offset 128
-\t.end_amdhsa_kernel
-\t.text
-\t.amdgpu_metadata
----
-amdhsa.kernels:
-  - .args:
-      - .address_space:  global
-        .name:           buf
-        .offset:         0
-        .size:           8
-        .value_kind:     global_buffer
-    .group_segment_fixed_size: {lds}
-    .kernarg_segment_size: 8
-    .name:           micro
-    .wavefront_size: 64
-amdhsa.target:   amdgcn-amd-amdhsa--gfx950
-...
-\t.end_amdgpu_metadata
-"""
 
 N = 32      # repetitions in the stream cases
 _FP4 = "cbsz:4 blgp:4"
@@ -58,7 +22,7 @@ def kernel_text(body: list, lds: int = 65536) -> str:
              "s_mov_b32 s6, 0x100000", "s_mov_b32 s7, 0x27000", "s_mov_b32 m0, 0",
              "v_mov_b32_e32 v16, 0x7f7f7f7f", "v_mov_b32_e32 v17, 0x7f7f7f7f",
              "v_lshlrev_b32_e32 v40, 2, v0"] + body + ["s_endpgm"]
-    return _HDR + "\n".join("\t" + x for x in lines) + "\n" + _DESC.format(lds=lds)
+    return asm.kernel("\n".join(lines), args=("buf",), name="micro", lds=lds)
 
 
 def _mfma(d, c, fp8=False):
