@@ -106,26 +106,56 @@ OUTPUTS = (
     Output("inter_scale", "exact", why="E8M0 block scales (preshuffled): bytes must match"),
 )
 
-BLOCK_N = 128  # intermediate columns per workgroup (32 per wave)
+BLOCK_N = 128  # intermediate columns per workgroup = 256 W1 rows (128 gate + 128 up), 32 + 32 per wave
 N_WAVES = 4
-K_STEP = 256  # fp4 per K step (two MFMAs of 128)
+K_STEP = 256  # fp4 per K tile (two MFMAs of 128 per accumulator)
+A_STAGES = 3  # LDS stages of the A tile (read t, t+1 in flight, t+2 being written)
+B_STAGES = 2  # register stages of the W operands
+TILE_BYTES = K_STEP // 2  # bytes of one A row in one K tile
+LDS_LIMIT = 160 * 1024  # gfx950 LDS per workgroup
 LOG2E = 1.4426950408889634
 KERNEL_NAME = "mxfp4_moe_gemm1"
+#: Kernel parameters in order (the seed's order: ... m_indices, tokens, outputs, hidden states).
 ARG_NAMES = ("a_quant", "a_scale", "w1", "w1_scale", "sorted_expert_ids", "num_valid_ids", "m_indices",
-             "inter_quant", "inter_scale", "tokens")
+             "tokens", "inter_quant", "inter_scale", "hidden_states")
+TENSOR_ARGS = tuple(n for n in ARG_NAMES if n != "tokens")
 
 
 def _fam():
     return _family.of_module(__name__)
 
 
+def inline_quant(block_m: int) -> bool:
+    """The decode block (16 rows) quantises A in the kernel from the bf16 hidden states (the seed's
+    BM16 ``inline_quant`` config); the prefill block (128) reads the pre-quantised MXFP4 A."""
+    return block_m == 16
+
+
+def lds_layout(hidden: int, block_m: int) -> dict:
+    """Byte offsets and sizes of the LDS regions: the A stages, the A scales of every K tile and the
+    f32 epilogue tile ``[block_m, 256]`` that overlaps both (a union: it is written after the last
+    MFMA, behind a barrier)."""
+    kt = hidden // K_STEP
+    subs = 1 if block_m < 32 else block_m // 32
+    a = A_STAGES * block_m * TILE_BYTES
+    sc = subs * kt * 256
+    acc = block_m * 2 * BLOCK_N * 4
+    return {"a": 0, "a_bytes": a, "scales": a, "scale_bytes": sc, "acc": 0, "acc_bytes": acc,
+            "total": max(a + sc, acc), "subs": subs}
+
+
 def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
     """Validate a shape before any compile (one clear ValueError); returns it with ``block_m`` defaulted."""
     shape = check(tokens, experts, hidden, inter, topk, block_m)
     if hidden % K_STEP:
-        raise UsageError(f"hidden must be a multiple of {K_STEP} (one K step), got {hidden}.")
-    if tokens * hidden // 2 >= 1 << 32 or experts * inter * hidden >= 1 << 32:
-        raise UsageError("a_quant and w1 must each stay below 4 GiB (32-bit buffer offsets).")
+        raise UsageError(f"hidden must be a multiple of {K_STEP} (one K tile), got {hidden}.")
+    if tokens * hidden * 2 >= 1 << 32 or experts * inter * hidden >= 1 << 32:
+        raise UsageError("the hidden states (bf16), a_quant and w1 must each stay below 4 GiB (32-bit buffer "
+                         "offsets).")
+    need = lds_layout(hidden, shape["block_m"])["total"]
+    if need > LDS_LIMIT:
+        raise UsageError(f"hidden {hidden} needs {need} bytes of LDS at block_m {shape['block_m']} (A scales of "
+                         f"every K tile are staged), more than gfx950's {LDS_LIMIT}.")
     return shape
 
 
@@ -142,7 +172,7 @@ def launch_config(tokens, experts, hidden, inter, topk, block_m=None):
 
 # FlyDSL takes seconds to import; it loads on the first build() / kernel_args() so that registering
 # the family (reading its records) stays cheap. The names are filled in by _load_flydsl().
-flyc = fx = ir = _arith = llvm = const_expr = rocdl = T = C = None
+flyc = fx = ir = _arith = llvm = scf = const_expr = rocdl = T = C = None
 
 
 def _load_flydsl():
@@ -162,6 +192,29 @@ def _rsrc_from_addr(addr_i64, nbytes):
     n = C.raw(fx.Int64(nbytes))
     return rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), ptr, C.raw(fx.Int16(0)), n,
                                   C.raw(fx.Int32(_RSRC_FLAGS)))
+
+
+def _base_addr(sw, arg):
+    """The 64-bit base address of a global buffer argument (a bare address with ``int64_abi``, else
+    the tensor's pointer)."""
+    if "int64_abi" in sw:
+        return C.raw(fx.Int64(arg))
+    return C.raw(fx.Int64(fx.ptrtoint(fx.get_iter(arg))))
+
+
+def _gptr(base, off):
+    """``!llvm.ptr<1>`` at ``base`` (i64) + ``off`` (i32, zero-extended: offsets are unsigned)."""
+    addr = _arith.addi(base, _arith.extui(T.i64, C.i32(off)))
+    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), addr)
+
+
+def _gload(base, off):
+    """One i32 from global memory (``s_load_dword`` when uniform, else ``global_load_dword``)."""
+    return fx.Int32(llvm.LoadOp(T.i32, _gptr(base, off), alignment=4).result)
+
+
+def _gstore(value, base, off, align):
+    llvm.StoreOp(C.raw(value), _gptr(base, off), alignment=align)
 
 
 def _trunc(ty, v):
@@ -194,29 +247,73 @@ def _exp2(x, hardware: bool):
     return _f32(fx.arith.select(C.raw(x < _f32(-150.0)), C.raw(_f32(0.0)), C.raw(y)))
 
 
-def _swap_max(v, which: str):
-    """Max of ``v`` with the lane 16 (``which`` = "16") or 32 ("32") rows away."""
-    op = rocdl.permlane16_swap if which == "16" else rocdl.permlane32_swap
-    bits = C.raw(_f32(v).bitcast(fx.Int32))
-    res = op(ir.Type.parse("!llvm.struct<(i32, i32)>"), bits, bits, False, False)
-    a = fx.Int32(llvm.extractvalue(T.i32, res, [0])).bitcast(fx.Float32)
-    b = fx.Int32(llvm.extractvalue(T.i32, res, [1])).bitcast(fx.Float32)
-    return fx.arith.maxnumf(a, b)
+def _dpp(v_i32, ctrl):
+    """``v_mov_b32_dpp`` (all rows and banks, bound_ctrl): lane ``l`` gets the lane ``ctrl`` picks."""
+    return fx.Int32(rocdl.update_dpp(T.i32, C.raw(v_i32), C.raw(v_i32), ctrl, 0xF, 0xF, True))
 
 
-def _cvt_fp4(old, x0, x1, scale, byte):
-    """``v_cvt_scalef32_pk_fp4_f32``: E2M1(x0/scale), E2M1(x1/scale) into byte ``byte`` of ``old``."""
-    return rocdl.cvt_scalef32_pk_fp4_f32(T.i32, C.raw(old), C.raw(x0), C.raw(x1), C.raw(scale), byte)
+_QUAD_SWAP1, _QUAD_SWAP2 = 0xB1, 0x4E  # quad_perm [1,0,3,2] and [2,3,0,1]: lanes l^1 and l^2
+
+
+def _umax(a, b):
+    return fx.Int32(_arith.maxui(C.raw(fx.Int32(a)), C.raw(fx.Int32(b))))
+
+
+def _pk_max_u16(a, b):
+    """Both 16-bit halves' unsigned max (``umax <2 x i16>``: one ``v_pk_max_u16``)."""
+    v2 = ir.VectorType.get([2], ir.IntegerType.get_signless(16))
+    va = llvm.bitcast(v2, C.raw(fx.Int32(a)))
+    vb = llvm.bitcast(v2, C.raw(fx.Int32(b)))
+    return fx.Int32(llvm.bitcast(T.i32, _arith.maxui(va, vb)))
+
+
+def _quad_fmax(v):
+    """Max of an f32 over the 4 lanes of a quad (two DPP quad permutations)."""
+    for ctrl in (_QUAD_SWAP1, _QUAD_SWAP2):
+        other = _dpp(_f32(v).bitcast(fx.Int32), ctrl).bitcast(fx.Float32)
+        v = fx.arith.maxnumf(_f32(v), other)
+    return v
+
+
+def _inline_e8m0(amax_u16):
+    """The in-kernel A quant's scale byte from the block amax as bf16 bits (|x| as u16): the exponent of
+    the f32 ``amax_u16 << 16`` rounded up from a mantissa of 0.75 on (``+ 0x200000``), minus 2, clamped to
+    [0, 254] (aiter b242ba66a ``_inline_e8m0`` / HIP ``inline_quant_encode_e8m0``, our own code; the same
+    rule in torch is ``moe.host.quantize_activations_inline``)."""
+    bexp = ((fx.Int32(amax_u16) << 16) + 0x200000).shrui(fx.Int32(23)) & 0xFF
+    e = bexp - 2
+    e = fx.Int32(fx.arith.select(C.raw(e > 0), C.raw(e), C.raw(fx.Int32(0))))
+    return fx.Int32(fx.arith.select(C.raw(e < 254), C.raw(e), C.raw(fx.Int32(254))))
+
+
+def _moe_e8m0(amax):
+    """Our requant rule (``moe.reference.e8m0_scale_moe``): exponent of f32(amax) * f32(1/6), rounded up,
+    clamped to 254."""
+    bits = (_f32(amax) * _f32(1.0 / 6.0)).bitcast(fx.Int32)
+    bexp = (bits + 0x7FFFFF).shrui(fx.Int32(23)) & 0xFF
+    return fx.Int32(fx.arith.select(C.raw(bexp < 254), C.raw(bexp), C.raw(fx.Int32(254))))
 
 
 def _block_is_valid(sw, num_valid_ids, block_m):
     """``block_idx.x * block_m < num_valid_ids[0]``: blocks past the padded rows exit at once."""
-    if "int64_abi" in sw:
-        rsrc = _rsrc_from_addr(num_valid_ids, 8)
-    else:
-        rsrc = C.buffer_rsrc(num_valid_ids)
-    num_valid = fx.Int32(C.uniform(C.buffer_load(rsrc, 0, 1)))
+    num_valid = _gload(_base_addr(sw, num_valid_ids), 0)
     return fx.Int32(fx.block_idx.x) * block_m < num_valid
+
+
+def _if(cond):
+    """``scf.if cond`` without else, as a context manager over its then-block."""
+    op = scf.IfOp(C.raw(cond), [], has_else=False)
+
+    class _Then:
+        def __enter__(self):
+            self.ip = ir.InsertionPoint(op.then_block)
+            self.ip.__enter__()
+
+        def __exit__(self, *exc):
+            scf.YieldOp([])
+            self.ip.__exit__(*exc)
+
+    return _Then()
 
 
 class _Emitter:
@@ -227,147 +324,268 @@ class _Emitter:
         self.E, self.H, self.I, self.BM = experts, hidden, inter, block_m
         self.HB = hidden // 2  # bytes per A / W row
         self.K0 = hidden // 128  # 128-K blocks per W row
-        self.K1 = hidden // K_STEP  # K steps = scale dwords per 32-row group
+        self.KT = hidden // K_STEP  # K tiles = scale dwords per 32-row group and lane
         self.RG = block_m // 16  # 16-row groups per block
+        self.inline = inline_quant(block_m)
+        self.lay = lds_layout(hidden, block_m)
 
     # ------------------------------------------------------------------ setup
-    def setup(self, a_quant, a_scale, w1, w1_scale, eids, mind, out_q, out_s, tokens):
-        """Buffer resources, the block's expert and the per-lane offsets."""
-        HB = self.HB
-        if "int64_abi" in self.sw:
-            mk = _rsrc_from_addr
-            self.a_rsrc = mk(a_quant, fx.Int64(tokens) * HB)
+    def setup(self, args, lds):
+        """Buffer resources, the block's expert, the per-lane offsets."""
+        sw, HB, BM, I = self.sw, self.HB, self.BM, self.I
+        tokens = fx.Int32(args["tokens"])
+        if "int64_abi" in sw:
+            def mk(name, n):
+                return _rsrc_from_addr(args[name], n)
         else:
-            def mk(t, _n):
-                return C.buffer_rsrc(t)
-            self.a_rsrc = C.buffer_rsrc(a_quant, fx.Int64(tokens) * HB)
-        self.sa_rsrc = mk(a_scale, _UNBOUNDED)
-        self.w_rsrc = mk(w1, _UNBOUNDED)
-        self.sw_rsrc = mk(w1_scale, _UNBOUNDED)
-        self.eid_rsrc = mk(eids, _UNBOUNDED)
-        self.mi_rsrc = mk(mind, _UNBOUNDED)
-        self.q_rsrc = mk(out_q, _UNBOUNDED)
-        self.s_rsrc = mk(out_s, _UNBOUNDED)
-
+            def mk(name, n):
+                return C.buffer_rsrc(args[name], None if isinstance(n, int) else n)
         tid = fx.thread_idx.x
-        self.lane = tid % 64
+        self.tid = fx.Int32(tid)
+        self.lane = fx.Int32(tid % 64)
         self.wave = fx.Int32(C.uniform(tid // 64))
         self.blk = fx.Int32(fx.block_idx.x)
         self.ntile = fx.Int32(fx.block_idx.y)
-        self.row0 = self.blk * self.BM  # first sorted row of the block
-        lane, K0, K1, I = self.lane, self.K0, self.K1, self.I
-        self.expert = fx.Int32(C.uniform(C.buffer_load(self.eid_rsrc, self.blk * 4, 1)))
-        nl, kl = lane % 16, lane // 16
-        self.nl, self.g = nl, kl
-        # A: lane = (row nl of group rg, K bytes 16*kl of each 64-byte K block).
-        self.a_voff = []
-        for rg in range(self.RG):
-            token = fx.Int32(C.buffer_load(self.mi_rsrc, (self.row0 + rg * 16 + nl) * 4, 1))
-            self.a_voff.append(token * HB + kl * 16)
-        # A scales: dword (r1*K1 + k1)*256 + 4*lane holds rows 32*r1 + 16*np + nl.
-        self.a_sc_voff = []
-        for rg in range(max(1, self.RG // 2)):
-            r1 = (self.row0 + rg * 32) // 32
-            self.a_sc_voff.append(r1 * (K1 * 256) + lane * 4)
-        # W: this wave's gate tiles (n0 = 16-row block) and up tiles, per expert.
-        col0 = self.ntile * BLOCK_N + self.wave * 32  # first intermediate column of the wave
-        self.col0 = col0
-        n0_gate = col0 // 16
-        n0s = [n0_gate, n0_gate + 1, n0_gate + I // 16, n0_gate + 1 + I // 16]  # g0 g1 u0 u1
-        self.w_voff = [n0 * (K0 * 1024) + lane * 16 for n0 in n0s]
-        self.w_soff = fx.Int32(C.uniform(self.expert * (2 * I * HB)))
-        r1_gate = col0 // 32
-        self.ws_voff = [r * (K1 * 256) + lane * 4 for r in (r1_gate, r1_gate + I // 32)]  # gate, up
-        self.ws_soff = fx.Int32(C.uniform(self.expert * (2 * I * (self.H // 32))))
+        self.row0 = self.blk * BM  # first sorted row of the block
+        self.lds = fx.Int32(C.uniform(C.lds_addr(lds.buf)))
+        self.s_aq = self.lds + self.lay["a"]
+        self.s_asc = self.lds + self.lay["scales"]
+        lane, wave = self.lane, self.wave
+        self.q_base = _base_addr(sw, args["inter_quant"])
+        self.s_base = _base_addr(sw, args["inter_scale"])
+        mind = _base_addr(sw, args["m_indices"])
+        self.expert = fx.Int32(C.uniform(_gload(_base_addr(sw, args["sorted_expert_ids"]), self.blk * 4)))
+        # A rows: the token of each row this lane moves (out-of-range tokens read zeros).
+        if self.inline:
+            self.h_rsrc = mk("hidden_states", fx.Int64(tokens) * (self.H * 2))
+            r = wave * 4 + lane // 16  # row of the block; 16 lanes per row, 4 rows per wave
+            self.q_row = r
+            token = _gload(mind, (self.row0 + r) * 4)
+            blk4, quad = (lane >> 2) & 3, lane & 3
+            self.q_blk, self.q_quad = blk4, quad
+            self.h_voff = token * (self.H * 2) + blk4 * 64 + quad * 16
+        else:
+            self.a_rsrc = mk("a_quant", fx.Int64(tokens) * HB)
+            self.sa_rsrc = mk("a_scale", _UNBOUNDED)
+            self.dma_voff, self.dma_row = [], []
+            for sub in range(self.lay["subs"]):
+                lds_row = wave * (BM // 4) + sub * 8  # 8 rows of 128 bytes per DMA instruction
+                row = lds_row + lane // 8
+                token = _gload(mind, (self.row0 + row) * 4)
+                self.dma_voff.append(token * HB + (((lane % 8) * 16) ^ ((row & 14) << 3)))
+                self.dma_row.append(lds_row)
+        self.w_rsrc = mk("w1", _UNBOUNDED)
+        self.sw_rsrc = mk("w1_scale", _UNBOUNDED)
+        # W: this wave's 16-row tiles J = gate0, gate1, up0, up1 (separated gate/up rows).
+        col0 = self.ntile * BLOCK_N + wave * 32
+        n0 = [col0 // 16, col0 // 16 + 1, col0 // 16 + I // 16, col0 // 16 + 1 + I // 16]
+        ebase = self.expert * (2 * I // 16)
+        self.w_sbase = [fx.Int32(C.uniform((ebase + n) * (self.K0 * 1024))) for n in n0]
+        r1 = [col0 // 32, col0 // 32 + I // 32]  # gate, up 32-row scale groups
+        self.ws_sbase = [fx.Int32(C.uniform((self.expert * (2 * I // 32) + r) * (self.KT * 256))) for r in r1]
+        # ds_read of the A fragments: row 16 i + lane % 16, 16-byte chunk 4 k + lane // 16, XOR-swizzled.
+        nl = lane % 16
+        self.a_rd = [nl * TILE_BYTES + (((lane // 16) * 16 + k * 64) ^ ((nl & 14) << 3)) for k in range(2)]
 
-    # ------------------------------------------------------------------ K loop
-    def initial_state(self):
-        """Zero accumulators + the operands of K step 0 (the loop-carried state)."""
-        return self.pack([C.zeros_f32x4() for _ in range(4 * self.RG)], self.load_step(0))
+    # ------------------------------------------------------------------ A: global -> LDS
+    def a_scales_to_lds(self):
+        """Prologue (non-inline): the A scales of every K tile, ``subs`` 32-row chunks of ``KT*256``
+        bytes, by LDS DMA: dwordx4 per 4 KiB (all waves), dword per 1 KiB, the rest by fewer waves."""
+        cb = self.KT * 256
+        wave, lane = self.wave, self.lane
+        for sub in range(self.lay["subs"]):
+            chunk = fx.Int32(C.uniform((self.row0 // 32 + sub) * cb))
+            dst = self.s_asc + sub * cb
+            off = 0
+            while cb - off >= 4096:
+                self._dma(self.sa_rsrc, dst + off + wave * 1024, (wave * 64 + lane) * 16, chunk + off, 16)
+                off += 4096
+            while cb - off >= 1024:
+                self._dma(self.sa_rsrc, dst + off + wave * 256, (wave * 64 + lane) * 4, chunk + off, 4)
+                off += 1024
+            if cb - off:
+                with _if(wave < (cb - off) // 256):
+                    self._dma(self.sa_rsrc, dst + off + wave * 256, (wave * 64 + lane) * 4, chunk + off, 4)
 
-    def pack(self, acc, ops):
-        return [C.raw(x) for x in acc] + [C.raw(x) for x in ops]
+    def _dma(self, rsrc, m0, voff, soff, size):
+        rocdl.raw_ptr_buffer_load_lds(C.raw(rsrc), C.lds_ptr(fx.Int32(C.uniform(m0))), C.i32(size), C.i32(voff),
+                                      C.i32(C.uniform(soff)), C.i32(0), C.i32(0))
 
-    def unpack(self, state):
-        state = list(state)
-        return state[:4 * self.RG], state[4 * self.RG:]
+    def a_tile_to_lds(self, t):
+        """Non-inline: K tile ``t`` of A (BM x 128 bytes) into stage ``t % 3`` by LDS DMA."""
+        stage = self.s_aq + (t % A_STAGES) * (self.BM * TILE_BYTES)
+        for voff, lds_row in zip(self.dma_voff, self.dma_row):
+            C.lds_dma_dwordx4(self.a_rsrc, fx.Int32(C.uniform(stage + lds_row * TILE_BYTES)), voff, t * TILE_BYTES)
 
-    def load_step(self, k):
-        """All operands of K step ``k``: A[rg][kp], W[j][kp], A-scale words, W-scale words."""
-        a = [[C.buffer_load(self.a_rsrc, self.a_voff[rg] + (k * 2 + kp) * 64, 4) for kp in range(2)]
-             for rg in range(self.RG)]
-        w = [[C.buffer_load(self.w_rsrc, self.w_voff[j] + (k * 2 + kp) * 1024, 4, self.w_soff) for kp in range(2)]
-             for j in range(4)]
-        sa = [C.buffer_load(self.sa_rsrc, v + k * 256, 1) for v in self.a_sc_voff]
-        sw = [C.buffer_load(self.sw_rsrc, v + k * 256, 1, self.ws_soff) for v in self.ws_voff]
-        return [x for row in a for x in row] + [x for row in w for x in row] + sa + sw
+    def hidden_load(self, t):
+        """Inline: this lane's 2 x 8 bf16 of K tile ``t`` (two 128-K halves)."""
+        return [C.buffer_load(self.h_rsrc, self.h_voff, 4, t * 512 + half * 256) for half in range(2)]
 
-    def split(self, ops):
-        n_a = 2 * self.RG
-        a = [ops[2 * rg: 2 * rg + 2] for rg in range(self.RG)]
-        w = [ops[n_a + 2 * j: n_a + 2 * j + 2] for j in range(4)]
-        rest = ops[n_a + 8:]
-        n_sa = max(1, self.RG // 2)
-        return a, w, rest[:n_sa], rest[n_sa:]
-
-    def compute_step(self, acc, ops):
-        """The step's 2 * 4 * RG MFMAs (W is src0, A is src1)."""
-        a, w, sa, sw = self.split(ops)
-        acc = list(acc)
-        for rg in range(self.RG):
-            if self.BM == 16:
-                # One 16-row block = half of a 32-row scale group; which half is runtime.
-                sa_word = fx.Int32(sa[0]) >> ((self.blk % 2) * 8)
-                np_a = 0
-            else:
-                sa_word, np_a = sa[rg // 2], rg % 2
+    def quant_to_lds(self, t, h):
+        """Inline: MXFP4 of the two halves' 8 bf16 (block amax over a lane quad, the seed's e8m0 rule,
+        ``v_cvt_scalef32_pk_fp4_bf16``) -> one dword each into stage ``t % 3``, both scale bytes -> the
+        tile's scale dword."""
+        r, blk4, quad = self.q_row, self.q_blk, self.q_quad
+        dws = [[fx.Int32(llvm.extractelement(C.raw(v), C.raw(fx.Int32(j)))) for j in range(4)] for v in h]
+        amax = []
+        for dw in dws:  # both halves' stages interleaved, so one's DPP latency hides behind the other
+            m = [d & 0x7FFF7FFF for d in dw]
+            m = _pk_max_u16(_pk_max_u16(m[0], m[1]), _pk_max_u16(m[2], m[3]))
+            amax.append(_umax(m & 0xFFFF, m.shrui(fx.Int32(16))))
+        for ctrl in (_QUAD_SWAP1, _QUAD_SWAP2):
+            amax = [_umax(a, _dpp(a, ctrl)) for a in amax]
+        e8 = [_inline_e8m0(a) for a in amax]
+        stage = self.s_aq + (t % A_STAGES) * (self.BM * TILE_BYTES) + r * TILE_BYTES
+        bf2 = ir.VectorType.get([2], ir.BF16Type.get())
+        for half, dw in enumerate(dws):
+            scale = C.raw((e8[half] << 23).bitcast(fx.Float32))
+            pk = C.raw(fx.Int32(0))
             for j in range(4):
-                sw_word, np_w = sw[j // 2], j % 2
-                for kp in range(2):
-                    n = rg * 4 + j
-                    acc[n] = C.mfma_scale_fp4(w[j][kp], a[rg][kp], acc[n], sw_word, sa_word,
-                                              2 * kp + np_w, 2 * kp + np_a)
+                pk = rocdl.cvt_scalef32_pk_fp4_bf16(T.i32, pk, llvm.bitcast(bf2, C.raw(dw[j])), scale, j)
+            chunk = (half * 4 + blk4) * 16
+            llvm.StoreOp(pk, C.lds_ptr(stage + (chunk ^ ((r & 14) << 3)) + quad * 4), alignment=4)
+        word = e8[0] | (e8[1] << 16)  # byte 2*k_half + 0 (one 16-row block = row half 0)
+        llvm.StoreOp(C.raw(word), C.lds_ptr(self.s_asc + t * 256 + (blk4 * 16 + r) * 4), alignment=4)
+
+    # ------------------------------------------------------------------ W: global -> VGPR
+    def w_load(self, t, j):
+        """W tile ``j`` of K tile ``t``: two 16x128 fp4 fragments (lane ``l`` at ``16*l`` of each 1 KiB)."""
+        return [C.buffer_load(self.w_rsrc, self.lane * 16 + (2 * t + h) * 1024, 4, self.w_sbase[j]) for h in range(2)]
+
+    def w_scale_load(self, t):
+        """Gate and up scale dwords of K tile ``t`` (the tile's byte offset rides in the instruction's
+        immediate up to 15 tiles, then in a second scalar base)."""
+        return [C.buffer_load(self.sw_rsrc, self.lane * 4 + (t % 16) * 256, 1,
+                              fx.Int32(C.uniform(b + (t // 16) * 4096)) if t >= 16 else b)
+                for b in self.ws_sbase]
+
+    # ------------------------------------------------------------------ LDS -> VGPR, MFMA
+    def a_read(self, t):
+        """This wave's A fragments of tile ``t`` (every row group, both 128-K halves) and A-scale dwords."""
+        stage = self.s_aq + (t % A_STAGES) * (self.BM * TILE_BYTES)
+        a = [[C.ds_read_b128(stage + i * 16 * TILE_BYTES + self.a_rd[k]) for k in range(2)] for i in range(self.RG)]
+        sa = [C.ds_read_b32(self.s_asc + sub * (self.KT * 256) + t * 256 + self.lane * 4)
+              for sub in range(self.lay["subs"])]
+        return a, sa
+
+    def mfma(self, acc, a, sa, w, ws, j):
+        """The 2 * RG MFMAs of W tile ``j`` (A is src0, W src1)."""
+        for i in range(self.RG):
+            if self.inline:
+                sa_word, np_a = sa[0], 0
+            else:
+                sa_word, np_a = sa[i // 2], i % 2
+            for k in range(2):
+                n = i * 4 + j
+                acc[n] = C.mfma_scale_fp4(a[i][k], w[j][k], acc[n], sa_word, ws[j // 2], 2 * k + np_a, 2 * k + j % 2)
+
+    # ------------------------------------------------------------------ the unrolled K tiles
+    def main(self):
+        KT, inline, hint = self.KT, self.inline, self.BM != 128
+        if not inline:
+            self.a_scales_to_lds()
+        w = [None] * B_STAGES
+        ws = [None] * B_STAGES
+        for t in range(min(B_STAGES, KT)):
+            if inline:
+                h = self.hidden_load(t)
+                w[t] = [self.w_load(t, j) for j in range(4)]
+                self.quant_to_lds(t, h)
+            else:
+                self.a_tile_to_lds(t)
+                w[t] = [self.w_load(t, j) for j in range(4)]
+            ws[t] = self.w_scale_load(t)
+        acc = [C.zeros_f32x4() for _ in range(4 * self.RG)]
+        for t in range(KT):
+            nt = t + B_STAGES
+            fx.gpu.barrier()  # stage t % 3 landed (DMA / ds_write of every wave), stage (t+2) % 3 is free
+            a, sa = self.a_read(t)
+            slot = t % B_STAGES
+            cur_w, cur_ws = w[slot], ws[slot]
+            if nt < KT:
+                if inline:
+                    h = self.hidden_load(nt)
+                    rocdl.sched_barrier(0)
+                else:
+                    self.a_tile_to_lds(nt)
+                nxt = [None] * 4
+            for j in range(4):
+                if hint and nt < KT:
+                    rocdl.sched_barrier(0)
+                    rocdl.s_setprio(1)
+                self.mfma(acc, a, sa, cur_w, cur_ws, j)
+                if nt < KT:
+                    if hint:
+                        rocdl.s_setprio(0)
+                    rocdl.sched_barrier(0)
+                    nxt[j] = self.w_load(nt, j)
+                    rocdl.sched_barrier(0)
+            if nt < KT:
+                w[slot] = nxt
+                ws[slot] = self.w_scale_load(nt)
+                if inline:
+                    self.quant_to_lds(nt, h)
         return acc
 
     # ------------------------------------------------------------------ epilogue
     def epilogue(self, acc):
-        """silu(gate)*up, per-row 32-column amax, MoE E8M0 scale, fp4 pack, stores."""
+        """Accumulators -> LDS f32 tile [BM, 256] (gate cols 0..127, up 128..255), then per thread
+        8 columns of one row: silu(gate)*up, amax over the lane quad (32 columns), our E8M0 rule,
+        fp4 pack, one dword store; the scale byte (short for two 16-row halves at BM128)."""
+        fx.gpu.barrier()  # every wave is done with the A stages (the f32 tile overlaps them)
+        lane, wave = self.lane, self.wave
+        for i in range(self.RG):
+            for j in range(4):
+                col = (j // 2) * BLOCK_N + wave * 32 + (j % 2) * 16 + lane % 16
+                vec = fx.Vector(acc[i * 4 + j])
+                for v in range(4):
+                    row = i * 16 + (lane // 16) * 4 + v
+                    llvm.StoreOp(C.raw(_f32(vec[v])), C.lds_ptr(self.lds + (row * 2 * BLOCK_N + col) * 4),
+                                 alignment=4)
+        fx.gpu.barrier()
         hw = "exp2" in self.sw
         I = self.I
-        blk32 = self.col0 // 32  # the wave's scale column
-        for rg in range(self.RG):
-            gate = [fx.Vector(acc[rg * 4 + t]) for t in range(2)]
-            up = [fx.Vector(acc[rg * 4 + 2 + t]) for t in range(2)]
+        m_lane, n_lane = self.tid // 16, self.tid % 16
+        wgrp, kk = n_lane // 4, n_lane % 4
+        e8 = []
+        for mr in range(self.RG):
+            row_local = mr * 16 + m_lane
+            base = self.lds + (row_local * 2 * BLOCK_N + wgrp * 32 + kk * 8) * 4
+            gate = [fx.Vector(llvm.bitcast(ir.VectorType.get([4], T.f32), C.ds_read_b128(base + 16 * p)))
+                    for p in range(2)]
+            up = [fx.Vector(llvm.bitcast(ir.VectorType.get([4], T.f32), C.ds_read_b128(base + BLOCK_N * 4 + 16 * p)))
+                  for p in range(2)]
             h = []
-            for t in range(2):
-                for i in range(4):
-                    g = _f32(gate[t][i])
+            for p in range(2):
+                for v in range(4):
+                    g = _f32(gate[p][v])
                     e = _exp2(g * _f32(-LOG2E), hw)
                     sig = _f32(rocdl.rcp(T.f32, C.raw(_f32(1.0) + e)))
-                    h.append(g * sig * _f32(up[t][i]))
+                    h.append(g * sig * _f32(up[p][v]))
             amax = fx.arith.maxnumf(fx.math.absf(h[0]), fx.math.absf(h[1]))
             for v in h[2:]:
                 amax = fx.arith.maxnumf(amax, fx.math.absf(v))
-            amax = _swap_max(amax, "16")
-            amax = _swap_max(amax, "32")
-            # MoE rule: exponent of float32(amax) * float32(1/6), rounded up, clamped to 254.
-            bits = (_f32(amax) * _f32(1.0 / 6.0)).bitcast(fx.Int32)
-            bexp = (bits + 0x7FFFFF).shrui(fx.Int32(23)) & 0xFF
-            e8m0 = fx.Int32(fx.arith.select(C.raw(bexp < 254), C.raw(bexp), C.raw(fx.Int32(254))))
-            scale = (e8m0 << 23).bitcast(fx.Float32)
+            e = _moe_e8m0(_quad_fmax(amax))
+            e8.append(e)
+            scale = C.raw((e << 23).bitcast(fx.Float32))
             word = C.raw(fx.Int32(0))
             for n in range(4):
-                word = _cvt_fp4(word, h[2 * n], h[2 * n + 1], scale, n)
-            row = self.row0 + rg * 16 + self.nl
-            base = row * (I // 2) + self.col0 // 2 + self.g * 2
-            lo = _trunc(T.i16, word)
-            hi = _trunc(T.i16, fx.Int32(word).shrui(fx.Int32(16)))
-            C.buffer_store(lo, self.q_rsrc, base)
-            C.buffer_store(hi, self.q_rsrc, base + 8)
-            # Scale byte of (row, blk32) in the preshuffled layout (formats.shuffle_scales).
-            r1, np_, k1, kp, kl = row // 32, (row // 16) % 2, blk32 // 8, (blk32 // 4) % 2, blk32 % 4
-            off = ((r1 * (I // 256) + k1) * 4 + kl) * 64 + self.nl * 4 + kp * 2 + np_
-            C.buffer_store(_trunc(T.i8, e8m0), self.s_rsrc, off)
+                word = rocdl.cvt_scalef32_pk_fp4_f32(T.i32, word, C.raw(h[2 * n]), C.raw(h[2 * n + 1]), scale, n)
+            row = self.row0 + row_local
+            _gstore(word, self.q_base, row * (I // 2) + self.ntile * (BLOCK_N // 2) + wgrp * 16 + kk * 4, 4)
+        # Scale bytes in the preshuffled layout (formats.shuffle_scales) of column block ntile*4 + wgrp:
+        # byte ((r1 * I/256 + ntile//2) * 4 + wgrp) * 64 + 4 * m_lane + 2 * (ntile % 2) + np. The 4 lanes of a
+        # quad store the same value to the same address.
+        k1, kp = self.ntile // 2, self.ntile % 2
+        if self.RG == 1:
+            r1, np_ = self.blk // 2, self.blk % 2
+            off = ((r1 * (I // 256) + k1) * 4 + wgrp) * 64 + m_lane * 4 + kp * 2 + np_
+            _gstore(_trunc(T.i8, e8[0]), self.s_base, off, 1)
+        else:
+            for s in range(self.RG // 2):
+                r1 = self.blk * (self.BM // 32) + s
+                off = ((r1 * (I // 256) + k1) * 4 + wgrp) * 64 + m_lane * 4 + kp * 2
+                _gstore(_trunc(T.i16, e8[2 * s] | (e8[2 * s + 1] << 8)), self.s_base, off, 2)
 
 
 def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None, **switches):
@@ -377,43 +595,42 @@ def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
     block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
     sw = _fam().switch_kwargs(switches)
     _load_flydsl()
-    proto = _Emitter(sw, experts, hidden, inter, block_m)
-    KI = proto.K1
     attrs = {"rocdl.flat_work_group_size": "256,256"}
+    lds_bytes = lds_layout(hidden, block_m)["total"]
+
+    @fx.struct
+    class Shared:
+        buf: fx.Array[fx.Int8, lds_bytes, 16]
 
     Arg = fx.Int64 if "int64_abi" in sw else fx.Tensor  # one global buffer argument
 
     @flyc.kernel
     def mxfp4_moe_gemm1(
         a_quant: Arg, a_scale: Arg, w1: Arg, w1_scale: Arg, sorted_expert_ids: Arg, num_valid_ids: Arg,
-        m_indices: Arg, inter_quant: Arg, inter_scale: Arg, tokens: fx.Int32,
+        m_indices: Arg, tokens: fx.Int32, inter_quant: Arg, inter_scale: Arg, hidden_states: Arg,
     ):
+        lds = fx.SharedAllocator().allocate(Shared).peek()
         valid = _block_is_valid(sw, num_valid_ids, block_m)
         if valid:
             em = _Emitter(sw, experts, hidden, inter, block_m)
-            em.setup(a_quant, a_scale, w1, w1_scale, sorted_expert_ids, m_indices, inter_quant, inter_scale, tokens)
-            state = em.initial_state()
-            if const_expr(KI > 1):
-                for k, state in range(0, KI - 1, 1, init=state):
-                    acc, cur = em.unpack(state)
-                    nxt = em.load_step(fx.Int32(k) + 1)  # the next step's operands, in flight during the MFMAs
-                    acc = em.compute_step(acc, cur)
-                    state = yield em.pack(acc, nxt)
-            acc, cur = em.unpack(state)
-            em.epilogue(em.compute_step(acc, cur))
+            em.setup(dict(a_quant=a_quant, a_scale=a_scale, w1=w1, w1_scale=w1_scale,
+                          sorted_expert_ids=sorted_expert_ids, m_indices=m_indices, tokens=tokens,
+                          inter_quant=inter_quant, inter_scale=inter_scale, hidden_states=hidden_states), lds)
+            em.epilogue(em.main())
 
     @flyc.jit
     def launch(
         a_quant: Arg, a_scale: Arg, w1: Arg, w1_scale: Arg, sorted_expert_ids: Arg, num_valid_ids: Arg,
-        m_indices: Arg, inter_quant: Arg, inter_scale: Arg, tokens: fx.Int32, grid_x: fx.Int32,
+        m_indices: Arg, tokens: fx.Int32, inter_quant: Arg, inter_scale: Arg, hidden_states: Arg, grid_x: fx.Int32,
         stream: fx.Stream = fx.Stream(None),
     ):
         mxfp4_moe_gemm1(
-            a_quant, a_scale, w1, w1_scale, sorted_expert_ids, num_valid_ids, m_indices, inter_quant,
-            inter_scale, tokens, value_attrs=attrs,
+            a_quant, a_scale, w1, w1_scale, sorted_expert_ids, num_valid_ids, m_indices, tokens, inter_quant,
+            inter_scale, hidden_states, value_attrs=attrs,
         ).launch(grid=(grid_x, inter // BLOCK_N, 1), block=(64 * N_WAVES, 1, 1), stream=stream)
 
     return launch
+
 
 
 # ============================================================================ host side
@@ -423,8 +640,12 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
                 block_m: int = None) -> dict:
     """Every buffer of one launch (keys = :data:`ARG_NAMES`), built with ``moe.host``.
 
-    Also carries ``problem``, ``sorting``, the plain (unshuffled) ``w1_quant`` /
-    ``w1_scale_plain`` and ``block_m``.  ``inter_quant`` / ``inter_scale`` start zeroed (the kernel's outputs).
+    ``hidden_states`` holds the bf16 hidden states. At ``block_m`` 16 (inline quant) the kernel quantises
+    them itself, so ``a_quant`` / ``a_scale`` are their quantisation with the kernel's rule
+    (``moe.host.quantize_activations_inline``; the kernel does not read them, the reference does); at
+    128 they are the MoE-rule MXFP4 of ``moe.host.make_moe_inputs`` and ``hidden_states`` is not read.
+    Also carries ``problem``, ``sorting``, the plain (unshuffled) ``w1_quant`` / ``w1_scale_plain``
+    and ``block_m``.  ``inter_quant`` / ``inter_scale`` start zeroed (the kernel's outputs).
     """
     import torch
 
@@ -435,28 +656,33 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
     problem = host.MoEProblem(experts=experts, hidden=hidden, intermediate=inter, topk=topk, tokens=tokens,
                               seed=seed, regime=regime)
     raw_in = host.make_moe_inputs(problem, with_weights=True)
+    a_q, a_s = raw_in["a_quant"], raw_in["a_scale"]
+    if inline_quant(block_m):
+        a_q, a_s = host.quantize_activations_inline(raw_in["hidden_states"])
     w1_q, w1_s = raw_in["w1_quant"], raw_in["w1_scale"]
     sorting = host.moe_sort(raw_in["topk_ids"], raw_in["topk_weights"], experts, block_m)
     w1_shuf, w1_scale_shuf = host.preshuffle_w1(w1_q, w1_s)
     rows = sorting.max_sorted
     return {
-        "a_quant": raw_in["a_quant"].contiguous(),
-        "a_scale": host.sort_shuffle_scales(raw_in["a_scale"], sorting).contiguous(),
+        "a_quant": a_q.contiguous(),
+        "a_scale": host.sort_shuffle_scales(a_s, sorting).contiguous(),
         "w1": w1_shuf.contiguous(),
         "w1_scale": w1_scale_shuf.contiguous(),
         "sorted_expert_ids": sorting.sorted_expert_ids.to(torch.int32).contiguous(),
         "num_valid_ids": sorting.num_valid_ids.to(torch.int32).contiguous(),
         "m_indices": sorting.m_indices.to(torch.int32).contiguous(),
+        "tokens": tokens,
         "inter_quant": torch.zeros(rows, inter // 2, dtype=torch.uint8),
         "inter_scale": torch.zeros(-(-rows // 32) * 32 * (inter // 32), dtype=torch.uint8),
-        "tokens": tokens,
+        "hidden_states": raw_in["hidden_states"].contiguous(),
         "problem": problem, "sorting": sorting, "w1_quant": w1_q, "w1_scale_plain": w1_s, "block_m": block_m,
     }
 
 
 def reference(inputs: dict) -> dict:
     """What the kernel must write: ``moe.host.emulate_gemm1``'s fp4 bytes (``inter_quant``) and its
-    preshuffled scale bytes (``inter_scale``)."""
+    preshuffled scale bytes (``inter_scale``), on the A the kernel multiplies (at ``block_m`` 16 the
+    in-kernel quantisation of ``hidden_states``, recomputed here from them)."""
     q, s = _emulated(inputs)
     return {"inter_quant": q, "inter_scale": s}
 
@@ -466,8 +692,11 @@ def _emulated(inputs: dict):
 
     _check_inputs(inputs)
     if "_emulated" not in inputs:
-        inputs["_emulated"] = host.emulate_gemm1(inputs["a_quant"], inputs["a_scale"], inputs["w1"],
-                                                 inputs["w1_scale"], inputs["sorting"])
+        a_q, a_s = inputs["a_quant"], inputs["a_scale"]
+        if inline_quant(inputs["sorting"].block_m):
+            a_q, a_s = host.quantize_activations_inline(inputs["hidden_states"])
+            a_s = host.sort_shuffle_scales(a_s, inputs["sorting"])
+        inputs["_emulated"] = host.emulate_gemm1(a_q, a_s, inputs["w1"], inputs["w1_scale"], inputs["sorting"])
     return inputs["_emulated"]
 
 
@@ -479,24 +708,35 @@ def _check_inputs(inputs: dict):
         raise ValueError(f"moe1 inputs lack {', '.join(missing)}; build them with make_inputs().")
 
 
+def _flat(value):
+    """A tensor argument as the kernel takes it: flattened 1-D (a view sharing its storage, so the
+    kernel's stores land in the caller's tensor; one i32 length in the layout block, as the seed
+    passes them); ints pass through."""
+    return value.reshape(-1) if hasattr(value, "reshape") else value
+
+
 def kernel_args(inputs: dict, **switches) -> list:
     """The emulator's kernarg entries (metadata ``.args`` order, ``common.kernarg_entries``).
 
-    Descriptor ABI: per tensor a pointer and its layout block, then ``tokens``.
+    Descriptor ABI: per (flattened 1-D) tensor a pointer and its layout block (one i32 length).
     ``int64_abi``: per tensor one 8-byte address (an entry of kind ``global_buffer``
     carrying the tensor, which the emulator maps; the metadata calls it ``by_value``).
     ``switches`` are a variant's switches (only ``int64_abi`` changes the list)."""
     _check_inputs(inputs)
     int64_abi = "int64_abi" in _fam().switch_kwargs(switches)
-    spec = [(n, inputs[n]) for n in ARG_NAMES]
+    spec = [(n, _flat(inputs[n])) for n in ARG_NAMES]
     if not int64_abi:
         _load_flydsl()
         return C.kernarg_entries(spec)
-    out = []
-    for n, (name, value) in enumerate(spec[:-1]):
-        out.append({"name": name, "kind": "global_buffer", "offset": 8 * n, "size": 8, "tensor": value})
-    out.append({"name": "tokens", "kind": "by_value", "offset": 8 * (len(spec) - 1), "size": 4,
-                "bytes": int(inputs["tokens"]).to_bytes(4, "little", signed=True)})
+    out, offset = [], 0
+    for name, value in spec:
+        if name == "tokens":
+            out.append({"name": name, "kind": "by_value", "offset": offset, "size": 4,
+                        "bytes": int(value).to_bytes(4, "little", signed=True)})
+            offset += 8  # the next address is 8-aligned
+            continue
+        out.append({"name": name, "kind": "global_buffer", "offset": offset, "size": 8, "tensor": value})
+        offset += 8
     return out
 
 
@@ -505,11 +745,15 @@ def device_args(inputs: dict, **switches) -> tuple:
     ``data_ptr()`` addresses instead of the tensors)."""
     _check_inputs(inputs)
     int64_abi = "int64_abi" in _fam().switch_kwargs(switches)
-    bufs = [inputs[n] for n in ARG_NAMES[:-1]]
-    if int64_abi:
-        bufs = [t.data_ptr() for t in bufs]
+    args = []
+    for n in ARG_NAMES:
+        v = inputs[n]
+        if n == "tokens":
+            args.append(int(v))
+        else:
+            args.append(v.data_ptr() if int64_abi else _flat(v))
     grid_x = inputs["sorting"].max_sorted // inputs["block_m"]
-    return (*bufs, int(inputs["tokens"]), grid_x)
+    return (*args, grid_x)
 
 
 def flops(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None) -> float:
@@ -521,13 +765,15 @@ def flops(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
 
 
 def bytes(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None) -> float:  # noqa: A001
-    """Compulsory DRAM traffic of one launch: the activations and their scales, the gate/up weights and
-    scales of every expert the routing can touch (at most ``min(experts, tokens * topk)``), and the
-    requantised output of the valid rows (fp4 + E8M0)."""
+    """Compulsory DRAM traffic of one launch: the activations (bf16 hidden states at ``block_m`` 16,
+    which quantises them in the kernel; MXFP4 + scales at 128), the gate/up weights and scales of every
+    expert the routing can touch (at most ``min(experts, tokens * topk)``), and the requantised output
+    of the valid rows (fp4 + E8M0)."""
+    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
     active = min(experts, tokens * topk)
     rows = tokens * topk
-    return float(tokens * hidden // 2 + tokens * hidden // 32 + active * 2 * inter * (hidden // 2 + hidden // 32)
-                 + rows * (inter // 2 + inter // 32))
+    act = tokens * hidden * 2 if inline_quant(block_m) else tokens * hidden // 2 + tokens * hidden // 32
+    return float(act + active * 2 * inter * (hidden // 2 + hidden // 32) + rows * (inter // 2 + inter // 32))
 
 
 def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None,
@@ -541,21 +787,23 @@ def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int,
     _fam().switch_kwargs(switches)
     launcher = build(tokens, experts, hidden, inter, topk, block_m, **switches)
     rows = max_sorted(tokens, experts, topk, block_m)
-    # Only shapes and dtypes matter for an offline compile: zero tensors are enough.
-    tensors = (
-        torch.zeros(tokens, hidden // 2, dtype=torch.uint8),
-        torch.zeros(-(-rows // 32) * 32 * (hidden // 32), dtype=torch.uint8),
-        torch.zeros(experts, 2 * inter, hidden // 2, dtype=torch.uint8),
-        torch.zeros(experts, 2 * inter, hidden // 32, dtype=torch.uint8),
-        torch.zeros(rows // block_m, dtype=torch.int32),
-        torch.zeros(2, dtype=torch.int32),
-        torch.zeros(rows, dtype=torch.int32),
-        torch.zeros(rows, inter // 2, dtype=torch.uint8),
-        torch.zeros(-(-rows // 32) * 32 * (inter // 32), dtype=torch.uint8),
+    # Only shapes and dtypes matter for an offline compile: zero tensors (flattened 1-D) are enough.
+    tensors = dict(
+        a_quant=torch.zeros(tokens * hidden // 2, dtype=torch.uint8),
+        a_scale=torch.zeros(-(-rows // 32) * 32 * (hidden // 32), dtype=torch.uint8),
+        w1=torch.zeros(experts * 2 * inter * hidden // 2, dtype=torch.uint8),
+        w1_scale=torch.zeros(experts * 2 * inter * hidden // 32, dtype=torch.uint8),
+        sorted_expert_ids=torch.zeros(rows // block_m, dtype=torch.int32),
+        num_valid_ids=torch.zeros(2, dtype=torch.int32),
+        m_indices=torch.zeros(rows, dtype=torch.int32),
+        inter_quant=torch.zeros(rows * inter // 2, dtype=torch.uint8),
+        inter_scale=torch.zeros(-(-rows // 32) * 32 * (inter // 32), dtype=torch.uint8),
+        hidden_states=torch.zeros(tokens * hidden, dtype=torch.bfloat16),
     )
     if switches.get("int64_abi"):
-        tensors = tuple(0x10000 * (n + 1) for n in range(len(tensors)))  # addresses: any value compiles
-    return launcher, (*tensors, tokens, rows // block_m)
+        tensors = {n: 0x10000 * (k + 1) for k, n in enumerate(tensors)}  # addresses: any value compiles
+    args = [tokens if n == "tokens" else tensors[n] for n in ARG_NAMES]
+    return launcher, (*args, rows // block_m)
 
 
 __doc__ = _family.document(__doc__, SWITCHES)

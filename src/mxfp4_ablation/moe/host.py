@@ -96,6 +96,8 @@ __all__ = [
     "pack_sorted_id",
     "unpack_sorted_ids",
     "quantize_activations",
+    "inline_e8m0",
+    "quantize_activations_inline",
     "sort_shuffle_scales",
     "unshuffle_sorted_scales",
     "interleave_gate_up",
@@ -291,6 +293,52 @@ def quantize_activations(hidden_states: torch.Tensor, scale_rule: str = MOE_SCAL
     if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 2:
         raise ValueError("hidden_states must be a 2-D tensor [tokens, hidden].")
     return quantize_mxfp4_moe(hidden_states, scale_rule)
+
+
+def inline_e8m0(amax_bf16_bits: torch.Tensor) -> torch.Tensor:
+    """E8M0 byte of the decode gemm1's in-kernel A quant from a block amax given as bf16 bits.
+
+    The rule of aiter b242ba66a ``mxfp4_gemm1.py`` ``_inline_e8m0`` (HIP
+    ``inline_quant_encode_e8m0``, "the -2/clamp variant matching moe_sort_quant"; quoted as
+    behaviour, not code): take the amax as the f32 whose high half is its bf16 bits, add
+    ``0x200000`` (a quarter of the mantissa range, so a mantissa of 0.75 or more rounds the
+    exponent up), keep the exponent field, subtract 2 and clamp to ``[0, 254]``.  The block max
+    then lands in [4, 7) before the element conversion saturates it at 6.
+    """
+    if not isinstance(amax_bf16_bits, torch.Tensor) or amax_bf16_bits.dtype.is_floating_point:
+        raise ValueError("inline_e8m0 needs an integer tensor of bf16 bit patterns.")
+    bits = (amax_bf16_bits.to(torch.int64) & 0xFFFF) << 16
+    bexp = ((bits + 0x200000) >> 23) & 0xFF
+    return torch.clamp(bexp - 2, 0, 254).to(torch.uint8)
+
+
+def quantize_activations_inline(hidden_states: torch.Tensor):
+    """MXFP4 of bf16 hidden states with the decode gemm1's in-kernel rule -> ``(a_quant [M, H/2],
+    a_scale [M, H/32])``, token-major like :func:`quantize_activations`.
+
+    Per 1x32 block (aiter b242ba66a ``mxfp4_gemm1.py`` ``_inline_quant_core``: ``_pkmax_u16``
+    over the sign-cleared bf16 bits, ``_inline_dpp_quad_amax`` across the 4 lanes holding the
+    block, ``_inline_e8m0``, then ``v_cvt_scalef32_pk_fp4_bf16``): the amax is the max of
+    ``|x|`` compared as bf16 bit patterns (``bits & 0x7FFF`` as unsigned 16-bit: for finite
+    values the same order as the magnitudes), the scale is :func:`inline_e8m0`, and each element
+    is ``x / 2**(e - 127)`` rounded to E2M1 (nearest even, saturating at 6; the sign kept), which
+    is :func:`mxfp4_ablation.formats.e2m1_encode` (exact here: a bf16 divided by a power of two
+    is exact in f32).  NaN/Inf inputs are refused.
+    """
+    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 2:
+        raise ValueError("hidden_states must be a 2-D tensor [tokens, hidden].")
+    if hidden_states.shape[1] == 0 or hidden_states.shape[1] % formats.MX_BLOCK:
+        raise ValueError(f"hidden must be a positive multiple of 32, got {hidden_states.shape[1]}.")
+    x = hidden_states.to(torch.bfloat16)
+    if not torch.isfinite(x).all():
+        raise ValueError("quantize_activations_inline got NaN or Inf values.")
+    M, H = x.shape
+    bits = x.contiguous().view(torch.int16).to(torch.int64) & 0x7FFF
+    amax = bits.reshape(M, H // formats.MX_BLOCK, formats.MX_BLOCK).amax(dim=-1)
+    scales = inline_e8m0(amax)
+    blocks = x.to(torch.float32).reshape(M, H // formats.MX_BLOCK, formats.MX_BLOCK)
+    codes = formats.e2m1_encode(blocks / formats.e8m0_decode(scales).unsqueeze(-1))
+    return formats.pack_fp4(codes.reshape(M, H)), scales
 
 
 # --------------------------------------------------------------------------- sorting
