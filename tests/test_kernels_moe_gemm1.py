@@ -107,12 +107,46 @@ def test_regime_and_grid():
     grid, block = K.launch_config(tokens=16, **SMALL)
     assert block == (256, 1, 1)
     rows = K.max_sorted(16, SMALL["experts"], SMALL["topk"], 16)
-    assert grid == (rows // 16, SMALL["inter"] // 128, 1)
+    assert grid == (rows // 16 * (SMALL["inter"] // 128), 1, 1)  # 1-D, the intermediate tile fastest
     inputs = K.make_inputs(tokens=200, **SMALL, block_m=128)
     assert inputs["sorting"].block_m == 128 and inputs["inter_quant"].shape == (inputs["sorting"].max_sorted, 128)
 
 
-# --------------------------------------------------------------------------- fast: v0 vs v2 at decode
+def test_lds_layout_is_the_seeds_union():
+    # Kimi: 7 KiB of A scales + 6 KiB of A stages under the 16 KiB f32 epilogue tile (BM16); 28 + 48 KiB
+    # under 128 KiB (BM128).
+    assert K.lds_layout(7168, 16)["total"] == 16384 and K.lds_layout(7168, 16)["scale_bytes"] == 7168
+    assert K.lds_layout(7168, 128)["total"] == 131072 and K.lds_layout(7168, 128)["a_bytes"] == 3 * 16384
+    with pytest.raises(ValueError, match="LDS"):
+        K.check_shape(tokens=16, experts=8, hidden=65536, inter=256, topk=2, block_m=128)
+
+
+def test_inline_quant_rule_and_decode_inputs():
+    from mxfp4_ablation import formats
+    from mxfp4_ablation.moe import host
+
+    # amax 1.0 (bf16 0x3F80): exponent 127 - 2 -> scale 2**-2, 1.0 -> 4.0 (code 6); 1.75 rounds the exponent
+    # up (mantissa >= 0.75): scale 2**-1, 1.75 -> 3.5, a tie -> 4.0 (even code 6); 1.5 does not: 1.5 / 0.25 = 6.
+    assert host.inline_e8m0(torch.tensor([0x3F80, 0x3FE0, 0x3FC0, 0])).tolist() == [125, 126, 125, 0]
+    x = torch.zeros(3, 32, dtype=torch.bfloat16)
+    x[0, 0], x[1, 0], x[2, 0], x[2, 1] = 1.0, -1.75, 1.5, 0.3
+    q, sc = host.quantize_activations_inline(x)
+    codes = formats.unpack_fp4(q)
+    assert sc[:, 0].tolist() == [125, 126, 125]
+    assert codes[0, 0] == 6 and codes[1, 0] == 0x8 | 6 and codes[2, 0] == 7 and codes[2, 1] == 2  # 0.3/.25=1.2 -> 1
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        host.quantize_activations_inline(torch.full((1, 32), float("inf")))
+    # block_m 16: A is the kernel's own quantisation of the bf16 hidden states (the seed's inline rule)
+    dec = K.make_inputs(tokens=16, **SMALL)
+    want_q, want_s = host.quantize_activations_inline(dec["hidden_states"])
+    assert torch.equal(dec["a_quant"], want_q)
+    assert torch.equal(dec["a_scale"], host.sort_shuffle_scales(want_s, dec["sorting"]))
+    pre = K.make_inputs(tokens=200, **SMALL, block_m=128)  # prefill: the MoE-rule MXFP4 of the same kind of data
+    moe_q, _ = host.quantize_activations(pre["hidden_states"])
+    assert torch.equal(pre["a_quant"], moe_q)
+
+
+# --------------------------------------------------------------------------- fast: v0 vs v2, both regimes
 
 
 @pytest.fixture(scope="module")
@@ -121,15 +155,45 @@ def small_pair():
     return {name: _compile(shape, sw) for name, sw in (F.ladder[0], F.ladder[-1])}
 
 
-def test_every_block_runs_8_mfmas_per_k_step_and_writes_fp4(small_pair):
+@pytest.fixture(scope="module")
+def small_prefill():
+    return _compile(dict(tokens=200, **SMALL), F.ladder[-1][1], 128)
+
+
+def _structure(art):
+    m = isa.metrics(art.isa)
+    fp = isa.fingerprint(art.isa)
+    return m, fp, m["opcode_histogram"]
+
+
+def test_decode_block_stages_an_inline_quantised_a_through_lds(small_pair):
+    kt = SMALL["hidden"] // 256
     for art in small_pair.values():
-        hist = metrics.moe_kernel_counts(art)
-        m = isa.metrics(art.isa)
-        assert m["mfma"] == 8 * (SMALL["hidden"] // 256)  # 4 accumulators x 2 MFMAs per 256-K step
-        assert m["opcode_histogram"]["v_cvt_scalef32_pk_fp4_f32"] == 4
-        assert m["buffer_store_by_width"] == {1: 1, 2: 2}
-        assert m["scratch_bytes"] == 0
-        assert hist["v_exp_f32"] == 8  # one per element of a lane's 2 x 4 gate values
+        m, fp, hist = _structure(art)
+        assert m["lds_bytes"] == 16384 and m["scratch_bytes"] == 0
+        assert not isa.loops(isa.parse(art.isa)[0]) and m["loop_mfma"] is None  # K fully unrolled
+        assert m["mfma"] == 8 * kt and m["s_barrier"] == kt + 2  # one per K tile + two around the epilogue
+        # the in-kernel quant: per tile 2 x 8 bf16 per lane -> 2 x 4 pk_fp4_bf16, 3 pk_max_u16 each, 2 DPP
+        # maxes each; its fp4 and scale dwords are ds_written, nothing is DMA'd (no m0)
+        assert hist["v_cvt_scalef32_pk_fp4_bf16"] == 8 * kt and hist["v_pk_max_u16"] == 6 * kt
+        assert fp["m0_writes"] == 0 and not any(op.startswith("v_permlane") for op in hist)
+        assert fp["ds_read"] == 3 * kt + 4  # per tile 2 A fragments + 1 scale dword; epilogue 4 x b128
+        assert hist["v_cvt_scalef32_pk_fp4_f32"] == 4 and hist["v_exp_f32"] == 8
+        assert fp["global_store"] == 2 and fp["buffer_store"] == 0  # one dword of 8 fp4 + one scale byte
+
+
+def test_prefill_block_dmas_a_and_its_scales_into_lds(small_prefill):
+    kt = SMALL["hidden"] // 256
+    m, fp, hist = _structure(small_prefill)
+    assert m["lds_bytes"] == 131072 and m["scratch_bytes"] == 0
+    assert not isa.loops(isa.parse(small_prefill.isa)[0])
+    assert m["mfma"] == 8 * 8 * kt and m["s_barrier"] == kt + 2
+    lds_dma = sum(c for op, c in hist.items() if op.startswith("buffer_load")) - 8 * kt - 2 * kt  # minus W loads
+    # A: 4 dwordx4 DMAs per wave per tile; scales: 512 bytes per 32-row chunk = one dword DMA (2 waves) x 4
+    assert lds_dma == fp["m0_writes"] == 4 * kt + 4
+    assert "v_cvt_scalef32_pk_fp4_bf16" not in hist and "v_pk_max_u16" not in hist
+    assert fp["global_store"] == 12 and hist["global_store_short"] == 4  # 8 rows x dword + 4 scale pairs
+    assert fp["ds_write"] == 4 * 4 * 8 - 32 and hist["ds_write2_b32"] == 32  # the f32 tile: 128 per lane
 
 
 def test_kernel_args_match_the_compiled_metadata(small_pair):
@@ -145,21 +209,27 @@ def test_kernel_args_match_the_compiled_metadata(small_pair):
 
 def test_int64_abi_shrinks_the_kernargs_and_their_scalar_loads(small_pair):
     off, on = (metrics.moe_kernel_counts(small_pair[n]) for n in ("moe1-v0", "moe1-v2"))
-    assert (off["kernarg_bytes"], off["kernarg_entries"]) == (208, 19)
-    assert (on["kernarg_bytes"], on["kernarg_entries"]) == (76, 10)
-    assert on["s_load"] < off["s_load"]
+    assert (off["kernarg_bytes"], off["kernarg_entries"]) == (156, 21)  # 10 x (pointer + i32 length) + tokens
+    assert (on["kernarg_bytes"], on["kernarg_entries"]) == (88, 11)  # the seed's 88
+    assert (off["s_load"], on["s_load"]) == (11, 7)
 
 
 def test_exp2_leaves_a_bare_v_exp_in_the_epilogue(small_pair):
     off, on = (metrics.moe_kernel_counts(small_pair[n]) for n in ("moe1-v0", "moe1-v2"))
     assert on["v_exp_f32"] == off["v_exp_f32"] > 0
     assert off["v_ldexp_f32"] == off["v_exp_f32"] and on["v_ldexp_f32"] == 0
-    assert on["v_cndmask"] < off["v_cndmask"] and on["v_cmp"] < off["v_cmp"]
-    assert on["valu"] < 0.75 * off["valu"]
+    assert on["v_cndmask"] == on["v_cmp"] == 0 < off["v_cndmask"]
+    assert off["valu"] - on["valu"] >= 7 * off["v_exp_f32"]  # ~7 VALU per element go
 
 
 def test_decode_block_is_byte_exact_in_the_emulator(small_pair):
     inputs, hazards = _emulate(dict(tokens=16, **SMALL), F.ladder[-1][1])
+    assert hazards == 0
+    _assert_byte_exact(inputs)
+
+
+def test_prefill_block_is_byte_exact_in_the_emulator(small_prefill):
+    inputs, hazards = _emulate(dict(tokens=200, **SMALL), F.ladder[-1][1], 128)
     assert hazards == 0
     _assert_byte_exact(inputs)
 
@@ -195,26 +265,31 @@ def test_each_switch_moves_its_metric_at_the_small_shape(tokens, block_m):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tokens", [16, 4096])  # decode (BM16) and prefill (BM128)
-def test_every_variant_compiles_at_the_kimi_shape(tokens):
+def test_every_variant_has_the_seeds_structure_at_the_kimi_shape(tokens):
     shape = dict(tokens=tokens, **KIMI)
     bm = K.default_block_m(tokens)
     for name, sw in ALL_VARIANTS:
         m = isa.metrics(_compile(shape, sw).isa)
         assert m["scratch_bytes"] == 0, name
-        assert m["mfma"] >= 8 * bm // 16 and m["loop_mfma"] is not None, name  # the K loop survives
+        # 28 K tiles unrolled: 224 / 1792 MFMAs, 30 barriers, 16 / 128 KiB of LDS, as the seed's kernels
+        assert m["mfma"] == 8 * 28 * bm // 16 and m["loop_mfma"] is None, name
+        assert m["s_barrier"] == 30 and m["lds_bytes"] == {16: 16384, 128: 131072}[bm], name
     for switch, a, b in _neighbour_pairs():
         _assert_switch_moves(switch, _metrics(shape, a), _metrics(shape, b))
 
 
+# hidden 512: 2 K tiles (prologue + drain only), 1024: 4 (two steady steps), 4352: 17 (a dwordx4 A-scale DMA
+# and a partial round; the W-scale offset past 15 tiles).
 _EMU_CASES = [(name, sw, shape) for name, sw in (F.ladder[0], F.ladder[-1])
               for shape in [(200, 16, 512), (200, 128, 512), (40, 16, 1024), (40, 128, 1024)]]
 _EMU_CASES += [(name, sw, (200, 16, 512)) for name, sw in F.ladder[1:-1] + F.leave_one_out()]
+_EMU_CASES += [(F.ladder[-1][0], F.ladder[-1][1], (8, bm, 4352)) for bm in (16, 128)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,switches,case", _EMU_CASES, ids=[f"{n}-{c}" for n, _, c in _EMU_CASES])
 def test_variants_are_byte_exact_in_the_emulator(name, switches, case):
-    tokens, block_m, hidden = case  # hidden 1024: the K loop really runs (4 K steps)
+    tokens, block_m, hidden = case
     shape = dict(SMALL, tokens=tokens, hidden=hidden)
     inputs, hazards = _emulate(shape, switches, block_m)
     assert hazards == 0

@@ -1,45 +1,81 @@
 """MoE gemm1 for gfx950: gate/up projection + silu(gate)*up + MXFP4 requantisation.
 
 Per sorted row block ``b`` (``block_m`` rows of one expert ``e = sorted_expert_ids[b]``)
-and per 128 intermediate columns, one workgroup computes::
+and per 128 intermediate columns ``n``, one workgroup computes::
 
     gate = x . Wgate_e^T,  up = x . Wup_e^T       (x = the block's rows of A, MXFP4)
     h    = silu(gate) * up                        (fp32)
     h_q  = MXFP4(h) per 1x32 with the MoE rule    (scale = ceil-exponent of amax/6)
 
-Buffers (layouts of :mod:`mxfp4_ablation.moe.host`, read exactly as
-``moe.host.emulate_gemm1`` reads them):
+The kernel has the structure of the seed's (aiter b242ba66a ``aiter/ops/flydsl/kernels/
+mxfp4_gemm1.py``, a port of HIP ``gemm1_a4w4``), written in our own FlyDSL:
 
-* ``a_quant`` ``uint8 [M, H/2]`` token-major; row ``r`` of the block is token
-  ``m_indices[r]`` (padding rows hold ``M``: their load lands past the end of the
-  buffer, whose bound is ``M*H/2`` bytes, and the hardware returns zeros);
-* ``a_scale`` the sorted, preshuffled E8M0 scales (``sort_shuffle_scales``);
-* ``w1`` / ``w1_scale`` from ``preshuffle_w1`` (separated: rows ``[0, I)`` gate,
-  ``[I, 2I)`` up, not interleaved);
-* ``sorted_expert_ids`` (one per block), ``num_valid_ids`` (``[padded rows, M]``),
-  ``m_indices`` (token per sorted row);
-* out: ``inter_quant uint8 [max_sorted, I/2]`` row-major and ``inter_scale`` (flat,
-  ``round_up(max_sorted, 32) * I/32`` bytes, preshuffled like the A scales).
-  Blocks past ``num_valid_ids[0]`` are not written (the buffers start zeroed).
+* **Tile**: 256 W1 rows (128 gate + 128 up columns) x 256 K per step, 4 waves; wave ``w`` owns gate
+  and up columns ``32w + [0, 32)``: per 16-row group four 16x16 accumulators (W tiles gate0, gate1,
+  up0, up1), two ``v_mfma_scale_f32_16x16x128_f8f6f4`` (fp4 x fp4, E8M0 scales inside the MFMA,
+  the 128-K half and the 16-row half picked by ``op_sel``) per accumulator and K tile; A is src0.
+* **K fully unrolled** (no loop): a 2-tile prologue, then one step per tile -- ``s_barrier``
+  (``gpu.barrier``: its fence makes the compiler wait for this wave's LDS-DMA / ``ds_write`` of the tile
+  first), ``ds_read_b128`` of the A fragments and ``ds_read_b32`` of the A-scale dwords, the A tile
+  ``t + 2`` into its stage, then per W tile the MFMAs and the W loads of tile ``t + 2`` into the freed
+  registers (``sched_barrier`` between; at block_m 16 also ``s_setprio 1/0`` around the MFMAs, as the
+  seed).  Kimi-K2.5 (hidden 7168 = 28 tiles): 224 MFMAs at block_m 16, 1792 at 128, 30 barriers.
+* **A through LDS** in 3 stages of ``block_m x 128`` bytes, rows XOR-swizzled (16-byte chunk ``c`` of
+  row ``r`` at ``c ^ ((r & 14) >> 1)``, the seed's ``lds_swizzle_mask``):
 
-Geometry: grid ``(max_sorted / block_m, I / 128)``; 256 threads = 4 waves; wave
-``w`` owns intermediate columns ``128*tile + 32*w + [0, 32)`` of all ``block_m`` rows:
-for each 16-row group two 16x16 gate and two 16x16 up accumulators (4 for
-``block_m`` 16, 32 for 128).  Everything goes global -> VGPR with
-``buffer_load_dwordx4`` (no LDS): one K step is 256 fp4 = two
-``v_mfma_scale_f32_16x16x128_f8f6f4`` per accumulator (fp4 x fp4, E8M0 scales
-inside the MFMA, the 128-K half and the 16-row half picked by ``op_sel``), and the
-next step's operands are loaded while the current step's MFMAs run (register
-double buffer, loop-carried).  The MFMA operands are swapped (W is ``src0``), so
-lane ``l`` ends with token row ``l % 16`` and four consecutive columns ``4*(l//16)``.
+  - block_m 128 (prefill): ``buffer_load_dwordx4 ... lds`` (LDS DMA; ``m0`` = the wave's 8-row slice),
+    lane ``l`` fetching row ``l // 8``'s chunk ``(l % 8) ^ mask`` of its token (``m_indices``; padding
+    rows hold ``M`` and read zeros past the buffer's bound); the A scales of every K tile (the sorted,
+    preshuffled ``a_scale`` of the block's four 32-row chunks) by LDS DMA once in the prologue
+    (dwordx4 per 4 KiB, dword per 1 KiB, the rest by fewer waves);
+  - block_m 16 (decode, the seed's ``inline_quant``): A arrives as the bf16 ``hidden_states`` and is
+    quantised in the kernel, two tiles ahead: each lane loads 2 x 8 bf16 (row ``4w + l // 16``, 32-block
+    ``(l >> 2) & 3``, quarter ``l & 3``), takes the block amax as bf16 bits (``& 0x7FFF7FFF``, three
+    ``v_pk_max_u16``, a DPP quad max over the 4 lanes of the block), the seed's E8M0 rule
+    (``_inline_e8m0``), 4 ``v_cvt_scalef32_pk_fp4_bf16`` -> one ``ds_write_b32`` into the stage, and
+    the tile's two scale bytes (one per 128-K half) -> one ``ds_write_b32`` into the scale region.  The
+    rule is the seed's, not our MoE rule; :func:`mxfp4_ablation.moe.host.quantize_activations_inline` is
+    the same rule in torch (``make_inputs`` / ``reference`` use it for block_m 16).
+* **W to VGPRs**: two ``buffer_load_dwordx4`` per W tile (lane ``l`` at ``16 l`` of each preshuffled
+  1 KiB block, the expert's tile base in ``soffset``), double-buffered in registers; the gate and up
+  scale dwords per tile (the tile offset in the immediate, a second scalar base past 15 tiles).
+* **Epilogue through LDS** (the seed's "cshuffle"): after a barrier the f32 accumulators go to an
+  LDS tile ``[block_m, 256]`` (gate columns 0..127, up 128..255; ``ds_write_b32`` / ``ds_write2_b32``),
+  which overlaps the A regions; after another barrier thread ``t`` takes 8 columns ``8 (t % 4) +
+  32 ((t % 16) // 4)`` of row ``t // 16`` per 16 rows (4 ``ds_read_b128``), ``silu(g)*u`` with
+  ``v_rcp_f32`` and one exp2 per element (the ``exp2`` switch), amax over the 8 values and the lane
+  quad (DPP), our MoE E8M0 rule, 4 ``v_cvt_scalef32_pk_fp4_f32`` -> one ``global_store_dword`` of 8
+  fp4, and the scale byte (block_m 16) or the two 16-row halves' bytes as one short (128) with
+  ``global_store`` (the 4 lanes of a quad store the same value).
+* **Grid** 1-D, ``(max_sorted / block_m) * (inter / 128)`` workgroups, the intermediate tile fastest;
+  workgroups past ``num_valid_ids[0] / block_m`` blocks exit at once (signed i32, as the seed's bound).
 
-Epilogue (per 16-row group): ``silu(g)*u`` with ``v_rcp_f32`` for the division and
-one exp2 per element (the ``exp2`` switch), block amax over the 8 values of a lane
-and across the 4 lanes sharing a row (``v_permlane16_swap`` + ``v_permlane32_swap``),
-the MoE E8M0 rule in integer arithmetic, four ``v_cvt_scalef32_pk_fp4_f32`` per
-lane (one dword = bytes ``2g, 2g+1`` of the first 16 columns and ``2g, 2g+1`` of
-the second), stored as two ``buffer_store_short`` and one ``buffer_store_byte``
-of the scale (the four lanes of a row write the same byte to the same address).
+LDS: 16 KiB at block_m 16 (the 16 KiB epilogue tile covers 7 KiB of scales + 6 KiB of A stages at Kimi),
+128 KiB at 128 (28 KiB + 48 KiB), as the seed.  Buffers (layouts of :mod:`mxfp4_ablation.moe.host`):
+``a_quant`` ``uint8 [M, H/2]`` token-major, ``a_scale`` (``sort_shuffle_scales``), ``w1`` / ``w1_scale``
+(``preshuffle_w1``, gate rows ``[0, I)`` then up ``[I, 2I)``), ``sorted_expert_ids``, ``num_valid_ids``,
+``m_indices``, ``tokens``; out ``inter_quant`` ``uint8 [max_sorted, I/2]`` row-major and
+``inter_scale`` (``round_up(max_sorted, 32) * I/32`` bytes, preshuffled like the A scales: what gemm2
+reads); ``hidden_states`` bf16 ``[M, H]`` (read at block_m 16 only; ``a_quant`` / ``a_scale`` only at 128,
+as the seed's argument list).  Every tensor is passed flattened 1-D.  Blocks past ``num_valid_ids[0]``
+are not written (the buffers start zeroed).
+
+Where we differ from the seed, on purpose: 3 A stages at block_m 128 too (the seed uses 2 there, and
+refills the stage it has just read after one barrier: correct only because the LDS-DMA lands long after
+every wave's ``ds_read``; our emulator's random delivery would catch it), W rows separated gate/up (the
+seed interleaves 16-row tiles; same loads), our MoE requant rule in the epilogue (the seed's
+``_e8m0_from_amax`` rounds differently; gemm2 and the study's reference consume ours).
+
+Fidelity (``python -m mxfp4_ablation.fidelity moe1``, Kimi-K2.5 TP=4, band 15 %, measured 2026-12-01):
+decode 18 of 19 metrics (``moe1-v0`` vs 46ecc4489) and 18 of 18 (``moe1-v2`` vs b242ba66a); prefill 19 of
+21 and 18 of 20.  Outside: decode ``insts_before_first_buffer_load`` of v0, 87 vs 112 (-22 %): the same
+setup instructions, but the seed's before-kernel had 25 more of its W / scale base computations scheduled
+ahead of the first hidden-state load (its after-kernel: 94, ours 89).  Prefill ``s_waitcnt`` 268 vs 170
+(before) / 195 (after) and so ``s_waitcnt_per_128_mfma``: the extra waits are all in the unrolled K
+steps (209 vs 144 there, decode 107 vs 107): the compiler orders each step's first W-tile MFMAs in
+``ds_read`` order, waiting for the fragments one by one (lgkmcnt 14, 12, 11, 7, ... 0: ~9 waits per
+step), where the seed's schedule starts with the late fragments after one ``lgkmcnt(4)`` (~5 per step);
+the instructions, reads and MFMAs per step are the same (``ds_read`` 536 vs 551).
 
 Variants are data: :data:`SWITCHES` holds the :class:`~mxfp4_ablation.family.Switch` records,
 from which the registry derives the ladder (``moe1-v0`` .. ``moe1-v2``) and the
@@ -47,7 +83,6 @@ leave-one-out set (``moe1-v2-no-<switch>``).  The seed is aiter PR #3828
 (merge b242ba66a6, "flydsl mxfp4 a4w4 MoE: bring gemm1/gemm2 to parity with the
 HIP backend"), whose claims are quoted, never its code.
 """
-
 
 from mxfp4_ablation import family as _family
 from mxfp4_ablation.errors import UsageError
@@ -67,23 +102,24 @@ SWITCHES = _family.switch_table(
         claim="(first commit) passing data_ptr() as fx.Int64 instead of full memref/tensor descriptors packs the "
         "addresses contiguously into the kernarg segment (a coalesced s_load prologue): ~7% faster at decode "
         "(M=4/8), parity by M~64.",
-        mechanism="each global buffer is one 8-byte by_value argument; the buffer resource is built in the kernel "
-        "from the address (rocdl.make.buffer.rsrc) with compile-time / token-count sizes, instead of a pointer "
-        "plus a layout block (i32 dims + i64 strides) per tensor.",
-        metric="kernarg bytes (metadata .kernarg_segment_size 208 -> 76) and entries (19 -> 10) fall; the "
-        "s_load_dword* that read them fall 10 -> 3 (one s_load_dwordx16 + x2 + dword instead of nine x2 + one "
-        "dword) while the dwords fetched stay 19 (the layout blocks were never read). Cost: building each V# "
-        "from a bare address adds a few SALU (+9 instructions, +8 SGPRs at Kimi decode).",
-        expects=(Expect("kernarg_bytes", "down", note="208 -> 76 in our kernel"),
-                 Expect("s_load", "down", note="10 -> 3 in our kernel")),
+        mechanism="each global buffer is one 8-byte by_value argument instead of a pointer plus its layout block "
+        "(one i32 length: every tensor is passed flattened 1-D, as the seed's); the buffer resources are built in "
+        "the kernel from the address (rocdl.make.buffer.rsrc) with compile-time / token-count sizes, and the "
+        "global loads/stores (routing ids, outputs) address from it directly.",
+        metric="kernarg bytes (.kernarg_segment_size) 156 -> 88 and entries 21 -> 11 (the seed's: 156 -> 88); the "
+        "s_load_dword* that read them fall 11 -> 7 at Kimi decode and 12 -> 7 at prefill (the seed's: 11 -> 7, "
+        "12 -> 7; s_load_dwordx8 + x2 instead of x2 pairs) while the dwords fetched stay 19 (decode; prefill 21 "
+        "-> 23); instructions unchanged (2596 decode, 4821 prefill).",
+        expects=(Expect("kernarg_bytes", "down", note="156 -> 88 in our kernel and the seed's"),
+                 Expect("s_load", "down", note="11 -> 7 (decode), 12 -> 7 (prefill), as the seed's")),
     ),
     Switch(
         "exp2", "Hardware exp2 in silu.", PR_3828,
         claim="('flydsl mxfp4 gemm1: hardware exp2 in silu') rocdl.exp2 emits a bare v_exp_f32 instead of the "
         "library exp2 expansion with its v_ldexp and range-clamp v_cmp/v_cndmask; ~31% of gemm1's non-MFMA VALU "
         "removed, large M 2-6% faster.",
-        mechanism="silu(g) = g * rcp(1 + exp2(-g*log2 e)), 8 exps per lane per 16-row group. ON: rocdl.exp2 -> "
-        "llvm.amdgcn.exp2 -> one v_exp_f32 (a denormal result flushes to 0: harmless here). OFF: the "
+        mechanism="silu(g) = g * rcp(1 + exp2(-g*log2 e)) in the epilogue, 8 exps per thread per 16 rows. ON: "
+        "rocdl.exp2 -> llvm.amdgcn.exp2 -> one v_exp_f32 (a denormal result flushes to 0: harmless here). OFF: the "
         "library-style expansion written in FlyDSL arithmetic (see _exp2), because the real library call cannot "
         "be compiled offline: math.exp2 lowers to __ocml_exp2_f32, which needs the ROCm device-library bitcode, "
         "and FlyDSL's convert-gpu-to-rocdl pass marks llvm.intr.exp2 illegal. The expansion: n = rint(x) "
@@ -91,9 +127,11 @@ SWITCHES = _family.switch_table(
         "(v_cmp + v_cndmask each). (The shorter denormal-scaling form - offset inputs below -126 by +64, scale "
         "back by 2^-64 - was tried too: LLVM folds its ldexp-by-select into a v_pk_mul + v_cndmask, so no "
         "v_ldexp is left to see.)",
-        metric="over the epilogue: v_exp_f32 unchanged (one per element either way), v_ldexp_f32 -> 0, "
-        "v_cndmask and v_cmp fall by 2 per element, non-MFMA VALU falls (157 -> 97 at Kimi decode, 1199 -> 724 "
-        "at prefill).",
+        metric="over the kernel (K is unrolled, so the epilogue counts cover everything): v_exp_f32 unchanged "
+        "(one per element: 8 at Kimi decode, 64 at prefill), v_ldexp_f32 8 -> 0 / 64 -> 0 (the seed's: the same), "
+        "v_cndmask and v_cmp fall by 2 per element (16 -> 0, 128 -> 0), non-MFMA VALU 1155 -> 710 at prefill "
+        "(-39 %) but only 1338 -> 1277 at decode, where the in-kernel A quant's VALU dominates; instructions "
+        "4821 -> 4196 (prefill), 2596 -> 2524 (decode).",
         expects=(Expect("epi_v_ldexp_f32", "zero"), Expect("epi_v_cndmask", "down"),
                  Expect("epi_valu", "down", note="seed: ~31% of non-MFMA VALU removed")),
     ),
@@ -132,15 +170,16 @@ def inline_quant(block_m: int) -> bool:
 
 
 def lds_layout(hidden: int, block_m: int) -> dict:
-    """Byte offsets and sizes of the LDS regions: the A stages, the A scales of every K tile and the
-    f32 epilogue tile ``[block_m, 256]`` that overlaps both (a union: it is written after the last
-    MFMA, behind a barrier)."""
+    """Byte offsets and sizes of the LDS regions: the A scales of every K tile, then the A stages,
+    and the f32 epilogue tile ``[block_m, 256]`` that overlaps both (a union: it is written after the
+    last MFMA, behind a barrier).  The scales come first so their ``ds_read`` offsets stay inside the
+    16-bit DS offset field (pairs merge into ``ds_read2st64_b32``)."""
     kt = hidden // K_STEP
     subs = 1 if block_m < 32 else block_m // 32
     a = A_STAGES * block_m * TILE_BYTES
     sc = subs * kt * 256
     acc = block_m * 2 * BLOCK_N * 4
-    return {"a": 0, "a_bytes": a, "scales": a, "scale_bytes": sc, "acc": 0, "acc_bytes": acc,
+    return {"scales": 0, "scale_bytes": sc, "a": sc, "a_bytes": a, "acc": 0, "acc_bytes": acc,
             "total": max(a + sc, acc), "subs": subs}
 
 
@@ -160,9 +199,11 @@ def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
 
 
 def launch_config(tokens, experts, hidden, inter, topk, block_m=None):
-    """``(grid, block)``: one workgroup per (sorted block, 128 intermediate columns)."""
+    """``(grid, block)``: one workgroup per (sorted block, 128 intermediate columns), in a 1-D grid
+    (workgroup ``b * inter/128 + n``: block ``b``, intermediate tile ``n``)."""
     block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
-    return (max_sorted(tokens, experts, topk, block_m) // block_m, inter // BLOCK_N, 1), (64 * N_WAVES, 1, 1)
+    blocks = max_sorted(tokens, experts, topk, block_m) // block_m
+    return (blocks * (inter // BLOCK_N), 1, 1), (64 * N_WAVES, 1, 1)
 
 
 # ============================================================================ kernel emission
@@ -203,14 +244,19 @@ def _base_addr(sw, arg):
 
 
 def _gptr(base, off):
-    """``!llvm.ptr<1>`` at ``base`` (i64) + ``off`` (i32, zero-extended: offsets are unsigned)."""
-    addr = _arith.addi(base, _arith.extui(T.i64, C.i32(off)))
-    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), addr)
+    """``!llvm.ptr<1>`` at ``base`` (i64) + ``off`` (i32): a byte GEP, so the offset is sign-extended
+    (the seed's ``_gep1`` addressing)."""
+    ptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), base)
+    return llvm.getelementptr(ir.Type.parse("!llvm.ptr<1>"), ptr, [C.i32(off)], [-2147483648], T.i8, 0)
 
 
-def _gload(base, off):
-    """One i32 from global memory (``s_load_dword`` when uniform, else ``global_load_dword``)."""
-    return fx.Int32(llvm.LoadOp(T.i32, _gptr(base, off), alignment=4).result)
+def _gload(base, off, const=0):
+    """One i32 from global memory (``s_load_dword`` when uniform, else ``global_load_dword``) at
+    ``base + off`` (+ ``const`` bytes, a constant GEP that rides in the instruction's offset)."""
+    ptr = _gptr(base, off)
+    if const:
+        ptr = llvm.getelementptr(ir.Type.parse("!llvm.ptr<1>"), ptr, [], [const], T.i8, 0)
+    return fx.Int32(llvm.LoadOp(T.i32, ptr, alignment=4).result)
 
 
 def _gstore(value, base, off, align):
@@ -294,10 +340,11 @@ def _moe_e8m0(amax):
     return fx.Int32(fx.arith.select(C.raw(bexp < 254), C.raw(bexp), C.raw(fx.Int32(254))))
 
 
-def _block_is_valid(sw, num_valid_ids, block_m):
-    """``block_idx.x * block_m < num_valid_ids[0]``: blocks past the padded rows exit at once."""
+def _block_is_valid(sw, num_valid_ids, block_m, n_tiles):
+    """``block_idx.x < (num_valid_ids[0] / block_m) * n_tiles``: workgroups past the padded rows exit
+    at once (signed i32 arithmetic, as the seed's bound)."""
     num_valid = _gload(_base_addr(sw, num_valid_ids), 0)
-    return fx.Int32(fx.block_idx.x) * block_m < num_valid
+    return fx.Int32(fx.block_idx.x) < (num_valid // block_m) * n_tiles
 
 
 def _if(cond):
@@ -344,8 +391,11 @@ class _Emitter:
         self.tid = fx.Int32(tid)
         self.lane = fx.Int32(tid % 64)
         self.wave = fx.Int32(C.uniform(tid // 64))
-        self.blk = fx.Int32(fx.block_idx.x)
-        self.ntile = fx.Int32(fx.block_idx.y)
+        # 1-D grid, the intermediate tile fastest (consecutive workgroups share the block's A rows).
+        bx = fx.Int32(fx.block_idx.x)
+        nt = I // BLOCK_N
+        self.blk = bx // nt
+        self.ntile = bx % nt
         self.row0 = self.blk * BM  # first sorted row of the block
         self.lds = fx.Int32(C.uniform(C.lds_addr(lds.buf)))
         self.s_aq = self.lds + self.lay["a"]
@@ -367,12 +417,11 @@ class _Emitter:
         else:
             self.a_rsrc = mk("a_quant", fx.Int64(tokens) * HB)
             self.sa_rsrc = mk("a_scale", _UNBOUNDED)
-            self.dma_voff, self.dma_row = [], []
+            self.dma_token, self.dma_row, self.dma_voff = [], [], None
+            rows = (self.row0 + wave * (BM // 4) + lane // 8) * 4
             for sub in range(self.lay["subs"]):
                 lds_row = wave * (BM // 4) + sub * 8  # 8 rows of 128 bytes per DMA instruction
-                row = lds_row + lane // 8
-                token = _gload(mind, (self.row0 + row) * 4)
-                self.dma_voff.append(token * HB + (((lane % 8) * 16) ^ ((row & 14) << 3)))
+                self.dma_token.append(_gload(mind, rows, sub * 32))
                 self.dma_row.append(lds_row)
         self.w_rsrc = mk("w1", _UNBOUNDED)
         self.sw_rsrc = mk("w1_scale", _UNBOUNDED)
@@ -413,6 +462,10 @@ class _Emitter:
 
     def a_tile_to_lds(self, t):
         """Non-inline: K tile ``t`` of A (BM x 128 bytes) into stage ``t % 3`` by LDS DMA."""
+        if self.dma_voff is None:  # on first use: after the A-scale DMA, which needs no token
+            lane, HB = self.lane, self.HB
+            self.dma_voff = [token * HB + (((lane % 8) * 16) ^ (((lds_row + lane // 8) & 14) << 3))
+                             for token, lds_row in zip(self.dma_token, self.dma_row)]
         stage = self.s_aq + (t % A_STAGES) * (self.BM * TILE_BYTES)
         for voff, lds_row in zip(self.dma_voff, self.dma_row):
             C.lds_dma_dwordx4(self.a_rsrc, fx.Int32(C.uniform(stage + lds_row * TILE_BYTES)), voff, t * TILE_BYTES)
@@ -463,21 +516,25 @@ class _Emitter:
     def a_read(self, t):
         """This wave's A fragments of tile ``t`` (every row group, both 128-K halves) and A-scale dwords."""
         stage = self.s_aq + (t % A_STAGES) * (self.BM * TILE_BYTES)
-        a = [[C.ds_read_b128(stage + i * 16 * TILE_BYTES + self.a_rd[k]) for k in range(2)] for i in range(self.RG)]
+        a = [[None, None] for _ in range(self.RG)]
+        for k in range(2):  # the first 128-K half of every row group first (the scheduler reorders anyway)
+            for i in range(self.RG):
+                a[i][k] = C.ds_read_b128(stage + i * 16 * TILE_BYTES + self.a_rd[k])
         sa = [C.ds_read_b32(self.s_asc + sub * (self.KT * 256) + t * 256 + self.lane * 4)
               for sub in range(self.lay["subs"])]
         return a, sa
 
     def mfma(self, acc, a, sa, w, ws, j):
-        """The 2 * RG MFMAs of W tile ``j`` (A is src0, W src1)."""
-        for i in range(self.RG):
-            if self.inline:
-                sa_word, np_a = sa[0], 0
-            else:
-                sa_word, np_a = sa[i // 2], i % 2
+        """The 2 * RG MFMAs of W tile ``j`` (A is src0, W src1), per 32-row scale group: both 16-row
+        halves' first 128-K half, then their second."""
+        groups = [[0]] if self.RG == 1 else [[2 * p, 2 * p + 1] for p in range(self.RG // 2)]
+        for rows in groups:
             for k in range(2):
-                n = i * 4 + j
-                acc[n] = C.mfma_scale_fp4(a[i][k], w[j][k], acc[n], sa_word, ws[j // 2], 2 * k + np_a, 2 * k + j % 2)
+                for i in rows:
+                    sa_word, np_a = (sa[0], 0) if self.inline else (sa[i // 2], i % 2)
+                    n = i * 4 + j
+                    acc[n] = C.mfma_scale_fp4(a[i][k], w[j][k], acc[n], sa_word, ws[j // 2], 2 * k + np_a,
+                                              2 * k + j % 2)
 
     # ------------------------------------------------------------------ the unrolled K tiles
     def main(self):
@@ -535,12 +592,12 @@ class _Emitter:
         fx.gpu.barrier()  # every wave is done with the A stages (the f32 tile overlaps them)
         lane, wave = self.lane, self.wave
         for i in range(self.RG):
-            for j in range(4):
-                col = (j // 2) * BLOCK_N + wave * 32 + (j % 2) * 16 + lane % 16
-                vec = fx.Vector(acc[i * 4 + j])
-                for v in range(4):
-                    row = i * 16 + (lane // 16) * 4 + v
-                    llvm.StoreOp(C.raw(_f32(vec[v])), C.lds_ptr(self.lds + (row * 2 * BLOCK_N + col) * 4),
+            vec = [fx.Vector(acc[i * 4 + j]) for j in range(4)]
+            for v in range(4):
+                row = i * 16 + (lane // 16) * 4 + v
+                for j in range(4):  # gate0, gate1 (16 columns apart: one ds_write2), up0, up1
+                    col = (j // 2) * BLOCK_N + wave * 32 + (j % 2) * 16 + lane % 16
+                    llvm.StoreOp(C.raw(_f32(vec[j][v])), C.lds_ptr(self.lds + (row * 2 * BLOCK_N + col) * 4),
                                  alignment=4)
         fx.gpu.barrier()
         hw = "exp2" in self.sw
@@ -576,9 +633,9 @@ class _Emitter:
         # Scale bytes in the preshuffled layout (formats.shuffle_scales) of column block ntile*4 + wgrp:
         # byte ((r1 * I/256 + ntile//2) * 4 + wgrp) * 64 + 4 * m_lane + 2 * (ntile % 2) + np. The 4 lanes of a
         # quad store the same value to the same address.
-        k1, kp = self.ntile // 2, self.ntile % 2
+        k1, kp = self.ntile.shrui(fx.Int32(1)), self.ntile & 1
         if self.RG == 1:
-            r1, np_ = self.blk // 2, self.blk % 2
+            r1, np_ = self.blk.shrui(fx.Int32(1)), self.blk & 1
             off = ((r1 * (I // 256) + k1) * 4 + wgrp) * 64 + m_lane * 4 + kp * 2 + np_
             _gstore(_trunc(T.i8, e8[0]), self.s_base, off, 1)
         else:
@@ -610,7 +667,7 @@ def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
         m_indices: Arg, tokens: fx.Int32, inter_quant: Arg, inter_scale: Arg, hidden_states: Arg,
     ):
         lds = fx.SharedAllocator().allocate(Shared).peek()
-        valid = _block_is_valid(sw, num_valid_ids, block_m)
+        valid = _block_is_valid(sw, num_valid_ids, block_m, inter // BLOCK_N)
         if valid:
             em = _Emitter(sw, experts, hidden, inter, block_m)
             em.setup(dict(a_quant=a_quant, a_scale=a_scale, w1=w1, w1_scale=w1_scale,
@@ -627,7 +684,7 @@ def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
         mxfp4_moe_gemm1(
             a_quant, a_scale, w1, w1_scale, sorted_expert_ids, num_valid_ids, m_indices, tokens, inter_quant,
             inter_scale, hidden_states, value_attrs=attrs,
-        ).launch(grid=(grid_x, inter // BLOCK_N, 1), block=(64 * N_WAVES, 1, 1), stream=stream)
+        ).launch(grid=(grid_x * (inter // BLOCK_N), 1, 1), block=(64 * N_WAVES, 1, 1), stream=stream)
 
     return launch
 
