@@ -178,7 +178,7 @@ def test_decode_block_stages_an_inline_quantised_a_through_lds(small_pair):
         assert hist["v_cvt_scalef32_pk_fp4_bf16"] == 8 * kt and hist["v_pk_max_u16"] == 6 * kt
         assert fp["m0_writes"] == 0 and not any(op.startswith("v_permlane") for op in hist)
         assert fp["ds_read"] == 3 * kt + 4  # per tile 2 A fragments + 1 scale dword; epilogue 4 x b128
-        assert hist["v_cvt_scalef32_pk_fp4_f32"] == 4 and hist["v_exp_f32"] == 8
+        assert hist["v_cvt_scalef32_pk_fp4_f32"] == 4 and hist["v_exp_f32_e32"] == 8
         assert fp["global_store"] == 2 and fp["buffer_store"] == 0  # one dword of 8 fp4 + one scale byte
 
 
