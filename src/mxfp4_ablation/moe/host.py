@@ -140,7 +140,7 @@ class RegimeConfig:
 #: for decode, BM128 non-atomic + scatter-reduce for prefill.
 REGIMES: Dict[str, RegimeConfig] = {
     "decode": RegimeConfig("decode", 16, "atomic",
-                           "small M; gemm1 quantises A inline from bf16 (same rule, sorted A scales unused); "
+                           "small M; gemm1 quantises A inline from bf16 (its own rule: quantize_activations_inline); "
                            "gemm2 adds bf16(w*y) atomically into the zeroed output"),
     "prefill": RegimeConfig("prefill", 128, "nonatomic",
                             "large M; gemm2 writes per-row bf16, then a weighted scatter-reduce"),
@@ -287,8 +287,8 @@ def quantize_activations(hidden_states: torch.Tensor, scale_rule: str = MOE_SCAL
     """MXFP4 of the hidden states, token-major: ``(a_quant [M, H/2], a_scale [M, H/32])``.
 
     Default rule = the aux quant kernel's (see :mod:`mxfp4_ablation.moe.reference`).
-    The decode path's in-kernel ("inline") quant uses the same rule, so one
-    function serves both.
+    The decode gemm1's in-kernel ("inline") quant has its own rule:
+    :func:`quantize_activations_inline`.
     """
     if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 2:
         raise ValueError("hidden_states must be a 2-D tensor [tokens, hidden].")
