@@ -75,7 +75,9 @@ ahead of the first hidden-state load (its after-kernel: 94, ours 89).  Prefill `
 steps (209 vs 144 there, decode 107 vs 107): the compiler orders each step's first W-tile MFMAs in
 ``ds_read`` order, waiting for the fragments one by one (lgkmcnt 14, 12, 11, 7, ... 0: ~9 waits per
 step), where the seed's schedule starts with the late fragments after one ``lgkmcnt(4)`` (~5 per step);
-the instructions, reads and MFMAs per step are the same (``ds_read`` 536 vs 551).
+the instructions, reads and MFMAs per step are the same (``ds_read`` 536 vs 551).  The count is a
+scheduling outcome, not structure: one ``sched_barrier`` after the step's reads (not in the seed) folds
+the waits and gives 114-125 for the whole kernel, measured.
 
 Variants are data: :data:`SWITCHES` holds the :class:`~mxfp4_ablation.family.Switch` records,
 from which the registry derives the ladder (``moe1-v0`` .. ``moe1-v2``) and the
