@@ -158,7 +158,6 @@ KERNEL_NAME = "mxfp4_moe_gemm1"
 #: Kernel parameters in order (the seed's order: ... m_indices, tokens, outputs, hidden states).
 ARG_NAMES = ("a_quant", "a_scale", "w1", "w1_scale", "sorted_expert_ids", "num_valid_ids", "m_indices",
              "tokens", "inter_quant", "inter_scale", "hidden_states")
-TENSOR_ARGS = tuple(n for n in ARG_NAMES if n != "tokens")
 
 
 def _fam():
