@@ -260,6 +260,7 @@ class _Emitter:
         self.g, self.sw = g, sw
         self.unsigned = "unsigned_div" in sw
         self.lds = lds_base  # i32 byte address of the kernel's LDS block
+        self._lds_ptr = None
 
     # ------------------------------------------------------------------ index math
     def div(self, a, b):
@@ -277,6 +278,11 @@ class _Emitter:
         if "int64_abi" in self.sw:
             return C.raw(arg)
         return C.raw(fx.ptrtoint(fx.get_iter(arg)))
+
+    def lds_at(self, off):
+        """``!llvm.ptr<3>`` to LDS byte ``off`` (i32) of the kernel's block (a GEP from one base pointer,
+        so that constant parts fold into the ds_* offset fields)."""
+        return _gep(self._lds_ptr, off)
 
     def ptr(self, name):
         return llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), self.addr(name))
@@ -302,6 +308,7 @@ class _Emitter:
         self.l16 = u(arith.RemUIOp, self.lane, 16)
         self.q = u(arith.DivUIOp, self.lane, 16)
         self.rs = {n: self.rsrc(n) for n in ("inter", "inter_scale", "w2", "w2_scale")}
+        self._lds_ptr = C.lds_ptr(self.lds)
 
     # ------------------------------------------------------------------ control flow
     def body(self):
@@ -344,6 +351,8 @@ class _Emitter:
             rocdl.barrier()
             tile = self.xcd(tile_raw, bound)
             self.issue_a(_mul(self.div(tile, g.n_blocks), g.BM))
+            # The DMAs stay first (the K-loop fences count the loads issued after them).
+            rocdl.sched_barrier(0)
             self.run_tile(tile)
             scf.YieldOp([])
 
@@ -383,8 +392,9 @@ class _Emitter:
             row = []
             for h in range(2):
                 col = arith.XOrIOp(_add(_mul(self.q, 16), 64 * h), mask).result
-                row.append(C.ds_read_b128(_add(_add(self.lds, kt * g.slot + i * 16 * 128), _add(_mul(self.l16, 128),
-                                                                                                 col))))
+                off = _add(_mul(self.l16, 128), col)
+                row.append(llvm.LoadOp(C.vec_type(4), self.lds_at(_add(off, kt * g.slot + i * 16 * 128)),
+                                       alignment=16).result)
             out.append(row)
         return out
 
@@ -404,6 +414,7 @@ class _Emitter:
         b_s = [C.uniform(_mul(_add(col0, 16 * j), g.KB)) for j in range(4)]
         sa = [[_load(self.rs["inter_scale"], _add(vs, kt * 256), 1, s) for s in a_s] for kt in range(g.KT)]
         sb = [[_load(self.rs["w2_scale"], _add(vs, kt * 256), 1, s) for s in b_ss] for kt in range(g.KT)]
+        rocdl.sched_barrier(0)  # scales first, then W2 (the seed's issue order)
         aux = 2 if g.atomic else 0  # decode streams W2 once: non-temporal loads (the seed's kUseNT)
         b = [[[_load(self.rs["w2"], _add(vb, kt * 2048 + h * 1024), 4, b_s[j], aux) for h in range(2)]
               for j in range(4)] for kt in range(g.KT)]
@@ -514,7 +525,7 @@ class _Emitter:
                     idx = _add(_mul(_add(_mul(self.q, 4), 16 * i + v), BLOCK_N),
                                _add(_mul(self.wave, 64), _add(self.l16, 16 * j)))
                     y = llvm.extractelement(C.raw(acc[i][j]), _c(v))
-                    llvm.StoreOp(y, C.lds_ptr(_add(self.lds, _mul(idx, 4))), alignment=4)
+                    llvm.StoreOp(y, self.lds_at(_mul(idx, 4)), alignment=4)
         rocdl.barrier()
         out = self.ptr("out")
         v2f = C.vec_type(2, T.f32)
@@ -525,7 +536,7 @@ class _Emitter:
                 wv = llvm.insertelement(llvm.insertelement(llvm.mlir_undef(v2f), wt[mr], _c(0)), wt[mr], _c(1))
                 for s in range(4):
                     idx = _add(_mul(_add(m_lane, 8 * mr), BLOCK_N), _add(col2, 64 * s))
-                    y = llvm.LoadOp(v2f, C.lds_ptr(_add(self.lds, _mul(idx, 4))), alignment=8).result
+                    y = llvm.LoadOp(v2f, self.lds_at(_mul(idx, 4)), alignment=8).result
                     pk = arith.TruncFOp(C.vec_type(2, T.bf16), arith.MulFOp(y, wv).result).result
                     llvm.AtomicRMWOp(llvm.AtomicBinOp.fadd, _gep(out, _mul(_add(row_off, 64 * s), 2)), pk,
                                      llvm.AtomicOrdering.monotonic, syncscope="agent", alignment=4)
