@@ -264,8 +264,9 @@ class _Emitter:
 
     # ------------------------------------------------------------------ index math
     def div(self, a, b):
-        """Tile-index ``a / b`` (a >= 0): divui with unsigned_div, else the signed divsi."""
-        return (arith.DivUIOp if self.unsigned else arith.DivSIOp)(_v(a), _v(b)).result
+        """Tile-index ``a / b`` (a >= 0): divui with unsigned_div, else the signed floor division
+        (floordivsi: what FlyDSL's ``//`` on an Int32 gives, as in the seed's kernel before the PR)."""
+        return (arith.DivUIOp if self.unsigned else arith.FloorDivSIOp)(_v(a), _v(b)).result
 
     def rem(self, a, b):
         """Tile-index ``a % b`` (a >= 0): remui with unsigned_div, else the signed remsi."""
@@ -333,6 +334,7 @@ class _Emitter:
         # Persistent grid (prefill): the first tile peeled, then grid-stride over the rest; tiles in
         # the XCD-interleaved order.
         bound = self.bound()
+        self.xq, self.xr = self.div(bound, N_XCD), self.rem(bound, N_XCD)
         with _if(arith.CmpIOp(arith.CmpIPredicate.slt, self.pid, bound).result):
             tile = self.xcd(self.pid, bound)
             self.issue_a(_mul(self.div(tile, g.n_blocks), g.BM))
@@ -343,10 +345,10 @@ class _Emitter:
         implicit = llvm.call_intrinsic(ir.Type.parse("!llvm.ptr<4>"), "llvm.amdgcn.implicitarg.ptr", [], [], [])
         grid = llvm.LoadOp(T.i32, implicit, alignment=4, invariant=True).result
         idx = ir.IndexType.get()
-        cast = lambda v: arith.IndexCastOp(idx, v).result  # noqa: E731
+        cast = lambda v: arith.IndexCastUIOp(idx, v).result  # noqa: E731 - all >= 0
         loop = scf.ForOp(cast(_add(self.pid, grid)), cast(bound), cast(grid), [])
         with ir.InsertionPoint(loop.body):
-            tile_raw = arith.IndexCastOp(T.i32, loop.induction_variable).result
+            tile_raw = arith.IndexCastUIOp(T.i32, loop.induction_variable).result
             # The previous tile's LDS reads are done before this tile's DMA overwrites the slots.
             rocdl.barrier()
             tile = self.xcd(tile_raw, bound)
@@ -364,7 +366,7 @@ class _Emitter:
     def xcd(self, pid, bound):
         """Workgroup ``pid`` -> tile: consecutive ids go to different XCDs (8 on MI355X), each XCD gets a
         contiguous run of tiles (a bijection on [0, bound))."""
-        xq, xr = self.div(bound, N_XCD), self.rem(bound, N_XCD)
+        xq, xr = self.xq, self.xr  # bound / 8, bound % 8: once per kernel
         xc = self.rem(pid, N_XCD)
         return _add(_add(_mul(xc, xq), arith.MinSIOp(xc, xr).result), self.div(pid, N_XCD))
 
@@ -486,9 +488,12 @@ class _Emitter:
         base = self.ptr("out")
         col = _add(_add(_mul(n_blk, BLOCK_N), _mul(self.wave, 64)), self.l16)
         row_l = _add(row0, _mul(self.q, 4))
-        ext = lambda v: arith.ExtUIOp(i64, _v(v)).result  # noqa: E731
+        # Without the switch, the seed's per-element fx.Int64(i32) (a sign extension); the hoisted lane base
+        # is one zero-extended product (every index is >= 0).
+        esr = "epilogue_strength_reduction" in self.sw
+        ext = lambda v: (arith.ExtUIOp if esr else arith.ExtSIOp)(i64, _v(v)).result  # noqa: E731
         lane_off = None
-        if "epilogue_strength_reduction" in self.sw:
+        if esr:
             lane_off = arith.MulIOp(arith.AddIOp(arith.MulIOp(ext(row_l), _c(g.H, i64)).result, ext(col)).result,
                                     _c(2, i64)).result
         for i in range(g.MC):
@@ -728,18 +733,25 @@ def _check_inputs(inputs: dict):
         raise ValueError(f"MoE gemm2 inputs lack {', '.join(missing)}; build them with make_inputs().")
 
 
+def _flat_view(value):
+    """A tensor as the kernel sees it: 1-D, sharing the tensor's memory (every size the kernel needs is a
+    compile-time constant, so a tensor argument's layout block holds one i32 -- as in the seed's kernel --
+    instead of a 2-D tensor's dims and stride); ints pass through."""
+    return value if isinstance(value, int) else value.view(-1)
+
+
 def kernel_args(inputs: dict, **switches) -> list:
     """The emulator's kernarg list in the metadata ``.args`` order.
 
     ``switches`` are a variant's switches as keywords (``int64_abi=True``; only that one
     changes the list).  Descriptor ABI (default): each buffer is a ``global_buffer`` entry plus
-    its layout block, ``tokens`` an i32 (see ``common.kernarg_entries``).  With ``int64_abi``
+    its layout block (every tensor passed 1-D: one i32), ``tokens`` an i32 (see ``common.kernarg_entries``).  With ``int64_abi``
     each buffer is one 8-byte entry: kind ``global_buffer`` (the emulator maps the tensor and
     writes its address there; the metadata calls it an 8-byte ``by_value``), ``tokens`` an i32.
     """
     _check_inputs(inputs)
     sw = _fam().switch_kwargs(switches)
-    spec = [(n, inputs[n]) for n in ARG_NAMES]
+    spec = [(n, _flat_view(inputs[n])) for n in ARG_NAMES]
     if "int64_abi" not in sw:
         _load_flydsl()
         return C.kernarg_entries(spec)
@@ -762,7 +774,7 @@ def device_args(inputs: dict, **switches) -> tuple:
     sw = _fam().switch_kwargs(switches)
     if "int64_abi" in sw:
         return tuple(v if isinstance(v, int) else int(v.data_ptr()) for v in (inputs[n] for n in ARG_NAMES))
-    return tuple(inputs[n] for n in ARG_NAMES)
+    return tuple(_flat_view(inputs[n]) for n in ARG_NAMES)
 
 
 def flops(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None) -> float:
@@ -796,7 +808,7 @@ def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int,
     if switches.get("int64_abi"):
         args = tuple(0 if n != "tokens" else g.M for n in ARG_NAMES)
     else:
-        args = tuple(bufs[n] for n in ARG_NAMES)
+        args = tuple(_flat_view(bufs[n]) for n in ARG_NAMES)
     return launcher, args
 
 
