@@ -11,7 +11,8 @@ For every sorted row ``r`` (token ``t``, slot ``s``, expert ``e`` of its block):
   valid block, a plain store into bf16 ``[max_sorted, H]`` that the host's
   :func:`mxfp4_ablation.moe.host.scatter_reduce` weights and sums.
 
-Buffers (exactly those :func:`mxfp4_ablation.moe.host.emulate_gemm2` reads):
+Buffers (exactly those :func:`mxfp4_ablation.moe.host.emulate_gemm2` reads; the kernel takes
+each one 1-D, every size it needs being a compile-time constant):
 
 * ``inter``: the requantised intermediate ``h``, fp4 row-major ``uint8 [max_sorted, I/2]``
   in sorted order;
@@ -26,26 +27,53 @@ Buffers (exactly those :func:`mxfp4_ablation.moe.host.emulate_gemm2` reads):
 * ``out``: bf16 ``[M, H]`` (decode) or ``[max_sorted, H]`` (prefill);
 * ``tokens``: M (i32).
 
-Geometry (fixed, simple on purpose): one workgroup = 4 waves computes ``block_m`` sorted
-rows x 256 hidden columns; wave ``w`` owns columns ``64w .. 64w+63`` as four 16-column
-tiles, for all ``block_m/16`` row tiles.  Workgroup ``pid`` takes row block
-``pid // (H/256)`` and column block ``pid % (H/256)``; blocks past ``num_valid_ids[0]``
-exit at once.  The K loop (a real loop, one iteration per 128 fp4 of the intermediate)
-loads every operand straight into VGPRs with ``buffer_load_dwordx4`` (A: row ``l%16``,
-bytes ``16*(l//16)`` of the row's 64-byte K step; B: the preshuffled 1 KiB block,
-lane ``l`` at ``16*l``) and the scale words with ``buffer_load_dword``, one step ahead
-of the MFMAs (a register double buffer carried round the loop).  Each MFMA is
-``v_mfma_scale_f32_16x16x128_f8f6f4`` (fp4 x fp4, ``cbsz:4 blgp:4``) with the operands
-swapped (W2's fragment is src0), so lane ``l`` ends with ``y[row l%16, 4(l//16)..+3]``:
-four consecutive bf16 of one row = two packed-bf16 atomics or one 8-byte store.
-The scale word of a lane holds four E8M0 bytes, byte ``2*kp + np`` (kp = 128-K half,
-np = 16-row tile of the 32-row pair); the kernel shifts the wanted byte down to byte 0.
+Structure (the seed's, aiter's FlyDSL ``mxfp4_gemm2`` at the Kimi shapes; our own code): one
+workgroup = 4 waves computes one *tile*: ``block_m`` sorted rows x 256 hidden columns, wave ``w``
+owning columns ``64w .. 64w+63`` as four 16-column MFMA tiles for all ``block_m/16`` row chunks.
+Tile ``t`` is row block ``t // (H/256)``, column block ``t % (H/256)``; tiles past
+``num_valid_ids[0] / block_m`` row blocks do nothing.  K (``inter`` <= 512) is one or two 256-deep
+K tiles, all preloaded (no K loop):
+
+* **A** (``inter``) goes global -> LDS with ``buffer_load_dwordx4 ... lds`` (m0 = the slot's row
+  base): one instruction moves 8 rows x 128 bytes, lane ``l`` fetching chunk ``(l%8) ^ ((row>>1)&7)``
+  of row ``l/8`` (the XOR swizzle), so each K tile is a ``block_m`` x 128-byte LDS slot (decode: 2
+  waves x 1 DMA per tile; prefill: 4 waves x 4); LDS 16 KiB at decode (the slots share it with the
+  epilogue's f32 tile), 32 KiB at prefill (two 16 KiB slots).
+* **B** (``w2``, non-temporal at decode) and both scale words go straight to VGPRs with
+  ``buffer_load_dword{,x4}`` (row bases in soffset, the lane and K offsets in voffset), all K tiles up
+  front, in the seed's order: A scales, B scales, W2.
+* per K tile: a **fence** (every wave's DMA of the tile has landed: decode, hand-counted inline-asm
+  ``s_waitcnt vmcnt(N)`` + bare ``s_barrier`` as in the seed; prefill see ``backend_waitcnt``),
+  ``ds_read_b128`` of the A fragments (row ``16i + l%16``, bytes ``64h + 16(l/16)``), then the
+  ``v_mfma_scale_f32_16x16x128_f8f6f4`` (fp4 x fp4, ``cbsz:4 blgp:4``; A is src0, W2 src1) of every
+  (row chunk, column tile, 128-K half): 8 MFMAs per K tile at decode, 64 at prefill, the scale bytes
+  picked by ``op_sel`` (byte ``2*half + 16-row half of the 32-row group``).  Lane ``l`` ends with
+  ``y[rows 16i + 4(l/16) + v, column 16j + l%16]``.
+* **decode epilogue**: the f32 tile goes through LDS (``ds_write2_b32``; two ``s_barrier``) so that
+  thread ``t`` holds columns ``2(t%32) + 64s`` of row ``t/32 (+8)``: ``ds_read_b64``, times the row's
+  weight (prefetched), ``v_cvt_pk_bf16_f32``, ``global_atomic_pk_add_bf16`` -- 8 per lane.
+* **prefill**: a persistent grid -- 256 workgroups once there are more than 1024 tiles, else one per
+  tile -- walks the tiles in an XCD-interleaved order (the first tile peeled, then a grid-stride loop
+  whose body is one whole tile: a barrier, the next DMA, loads, 128 MFMAs, stores); the epilogue
+  stores every element as one ``global_store_short`` (128 per tile and lane).
+
+Fidelity (``python -m mxfp4_ablation.fidelity moe2``: moe2-v0 vs aiter 46ecc4489, moe2-v4 vs aiter
+b242ba66a, Kimi-K2.5 TP=4, band 15 %): every metric is in band at decode (18/18 both sides), and at
+prefill all but two of 24: ``agpr`` 28 vs 20 (v0) and 24 vs 16 (v4) -- the register allocator spills
+a different number of the 64 A fragments of a tile's second K tile to AGPRs (ours and the seed's
+unified totals differ by 3 %); ``insts_before_first_buffer_load`` at v4 is 61 vs 47 -- LLVM
+schedules our lane-offset arithmetic for the later scale/W2 loads ahead of the first DMA (v0: 78 vs
+89, in band); and ``sign_fixes`` at v4 is 0 vs 2 -- the hoisted lane base of our strength-reduced
+epilogue is zero-extended (every index is >= 0), the seed's sign-extended (a sign-extended one gives
+2 but moves the loop's waits out of band, 28 vs 24).
 
 Variants are data: :data:`SWITCHES` holds the :class:`~mxfp4_ablation.family.Switch` records
 (the seed's claim, the mechanism and the ISA metric each should move), from which the registry
 derives the ladder (``moe2-v0`` .. ``moe2-v4``) and the leave-one-out set (``moe2-v4-no-<switch>``).  The seed is aiter PR #3828 ("flydsl
 mxfp4 a4w4 MoE: bring gemm1/gemm2 to parity with the HIP backend"); its claims are
-quoted, never its code.
+quoted, never its code.  Two of its gemm2 changes touch only the non-atomic (prefill) path --
+``backend_waitcnt`` and ``epilogue_strength_reduction`` -- so at decode those rungs compile to the
+same kernel as their predecessors, as the seed's do.
 """
 
 from __future__ import annotations
@@ -68,49 +96,64 @@ SWITCHES = _family.switch_table(
         claim="passing each buffer as an i64 address instead of a memref/tensor descriptor makes gemm2 ~7 % "
         "faster at decode, with parity by M~64 (a launch-bound kernel pays for every kernarg load before its "
         "first memory access).",
-        mechanism="a FlyDSL fx.Tensor argument is a pointer plus a layout block (dims as i32, strides as i64) "
-        "that the kernel loads to size its buffer resources; with int64_abi each buffer is one 8-byte argument "
-        "and every size is a compile-time constant.",
-        metric="kernarg_bytes falls (180 -> 76 here) and the s_load_dword* count falls (18 -> 3 at decode, "
-        "13 -> 3 at prefill).",
-        expects=(Expect("kernarg_bytes", "down", note="180 -> 76 in our kernel"),
-                 Expect("s_load", "down", note="18 -> 3 decode, 13 -> 3 prefill in our kernel")),
+        mechanism="a FlyDSL fx.Tensor argument is a pointer plus a layout block (here one i32: the kernel takes "
+        "every buffer 1-D) in the kernarg segment; with int64_abi each buffer is one 8-byte argument, packed "
+        "contiguously, so the prologue's kernarg loads coalesce. The buffer resources are sized by compile-time "
+        "constants either way.",
+        metric="kernarg_bytes falls (Kimi: 144 -> 76 at decode, 400 -> 336 at prefill, which adds the 256 bytes "
+        "of implicit arguments its persistent grid reads; aiter: 156 -> 88 and 416 -> 344) and the s_load_dword* "
+        "count falls (12 -> 5 decode, 10 -> 6 prefill; aiter 12 -> 5 and 10 -> 6).",
+        expects=(Expect("kernarg_bytes", "down", seed_before=156, seed_after=88,
+                        note="decode; ours 144 -> 76 (prefill 400 -> 336)"),
+                 Expect("s_load", "down", seed_before=12, seed_after=5,
+                        note="decode; ours 12 -> 5 (prefill 10 -> 6)")),
     ),
     Switch(
         "unsigned_div", "Unsigned division for non-negative index math.", PR_3828,
         claim="divui/remui instead of the signed forms removes the sign-correction SALU of every division in the "
         "index prologue.",
-        mechanism="a signed divide by a constant is a high multiply (s_mul_hi_i32) or shift plus a correction "
-        "that adds the sign bit (s_ashr_i32 / s_lshr_b32 31 + s_add_i32), a signed remainder a further "
-        "multiply-subtract; every index here is >= 0, so arith.divui/remui give the same numbers without it.",
-        metric="s_ashr_i32 + v_ashrrev_i32 count falls to 0, s_mul_hi_i32 becomes s_mul_hi_u32 (Kimi: H/256 = "
-        "28 column blocks), instruction count falls.",
-        expects=(Expect("sign_shifts", "zero"), Expect("s_mul_hi_i32", "down"),
-                 Expect("instructions", "down")),
+        mechanism="the tile-index math (valid rows / block_m, tile -> row and column block, the XCD split "
+        "bound/8, bound%8, pid%8, pid/8, row0/32) uses FlyDSL's signed floor division (a high multiply or shift "
+        "plus the s_ashr_i32 31 sign corrections) and remsi; every index is >= 0, so arith.divui/remui give the "
+        "same numbers without them (and the column block becomes tile - row_block * H/256).",
+        metric="sign_shifts (s_ashr_i32 + v_ashrrev_i32) fall (Kimi: 8 -> 3 at decode, 20 -> 8 at prefill -- "
+        "12 -> 0 with the strength-reduced epilogue; aiter's sign_fixes 7 -> 3 and 20 -> 2), s_mul_hi_i32 "
+        "becomes s_mul_hi_u32 (H/256 = 28 column blocks: 1 -> 0 decode, 2 -> 0 prefill), instructions fall "
+        "(279 -> 248 decode, 1987 -> 1922 prefill).",
+        expects=(Expect("sign_shifts", "down", seed_before=7, seed_after=3, note="decode; ours 8 -> 3"),
+                 Expect("s_mul_hi_i32", "down", note="Kimi: 1 -> 0 decode, 2 -> 0 prefill"),
+                 Expect("instructions", "down", note="Kimi: 279 -> 248 decode, 1987 -> 1922 prefill")),
     ),
     Switch(
-        "backend_waitcnt", "Let LLVM own the K-loop waits.", PR_3828,
-        claim="the hand-written inline-asm s_waitcnt vmcnt(N) in the K loop came on top of the waits LLVM's "
-        "SIInsertWaitcnts pass inserts anyway (it cannot see into inline asm), so every K step waited twice - "
-        "the large-M bubble.",
-        mechanism="drop the inline-asm wait after each step's prefetch; the pass's own per-register vmcnt waits "
-        "remain and are sufficient (the asm, a scheduling barrier, also stops going in the scheduler's way).",
-        metric="loop_s_waitcnt falls (9 -> 3 small decode, 18 -> 6 small prefill, by one at the Kimi shape), "
-        "loop_instructions fall, MFMA count unchanged.",
-        expects=(Expect("loop_s_waitcnt", "down"), Expect("loop_instructions", "down")),
+        "backend_waitcnt", "Let LLVM own the non-atomic K-loop fence.", PR_3828,
+        claim="the hand-written inline-asm s_waitcnt vmcnt(16) lgkmcnt(0) + s_barrier before each K tile's "
+        "ds_read in the non-atomic (prefill) path came on top of the waits LLVM's SIInsertWaitcnts pass inserts "
+        "anyway (it cannot see into inline asm): replace it with a plain barrier and let the backend insert the "
+        "buffer_load ... lds -> ds_read wait.",
+        mechanism="prefill only (the atomic decode path keeps its hand-counted vmcnt + bare s_barrier in both PR "
+        "sides): without the switch each K tile's fence is inline asm 's_waitcnt vmcnt(16) lgkmcnt(0)' (the "
+        "seed's count, capped by what our issue order allows) + a bare 's_barrier'; with it, rocdl.barrier(), "
+        "before which LLVM places the vmcnt wait for the tile's DMA (or folds it into an earlier one).",
+        metric="prefill: loop_s_waitcnt falls (Kimi: 31 -> 25; aiter's tile loop 29 -> 24), s_waitcnt 66 -> 54, "
+        "asm_s_waitcnt 4 -> 0; decode unchanged (no K loop, the same kernel).",
+        expects=(Expect("loop_s_waitcnt", "down", seed_before=29, seed_after=24,
+                        note="prefill; ours 31 -> 25 (decode has no loop: the kernel is unchanged)"),
+                 Expect("asm_s_waitcnt", "zero", note="prefill: 4 -> 0; decode keeps the seed's atomic fence")),
     ),
     Switch(
         "epilogue_strength_reduction", "Hoist the row x N_OUT multiply out of the store loop.", PR_3828,
-        claim="the bf16 epilogue computed a 64-bit (row * N_OUT + col) * 2 byte offset for every stored element; "
-        "computing the lane's base address once and adding compile-time offsets per element removes the 64-bit "
-        "multiply-adds.",
-        mechanism="element (row tile mt, column tile nt) is at lane_base + 2 * (16 * mt * N_OUT + 16 * nt) with "
-        "lane_base the only run-time product.",
-        metric="v_mad_u64_u32 falls to 1 (Kimi N_OUT 7168: 32 -> 1 at prefill, 7 -> 1 at decode); with a "
-        "power-of-two N_OUT the product is a shift, and the epilogue's instruction count falls instead (small "
-        "shape: -23 at decode, -56 at prefill).",
-        expects=(Expect("v_mad_u64_u32", "down", note="to 1 at the Kimi shape"),
-                 Expect("epilogue_instructions", "down")),
+        claim="the non-atomic bf16 epilogue computed a 64-bit (row * N_OUT + col) * 2 byte offset for every stored "
+        "element; computing the lane's base address once and adding compile-time offsets per element removes the "
+        "64-bit multiply-adds.",
+        mechanism="prefill only: element (row chunk i, value v, column tile j) of a lane is at "
+        "lane_base + ((16 i + v) * N_OUT + 16 j) * 2 with lane_base = (row0 + 4 (l/16)) * N_OUT + column, the "
+        "only run-time 64-bit product; without the switch every row's offset is sext(row) * N_OUT + sext(col) "
+        "(a v_mad_i64_i32 each).",
+        metric="prefill: the 64-bit multiply-adds (v_mad_i64_i32 + v_mad_u64_u32) fall 64 -> 2 (Kimi; aiter "
+        "64 -> 2), instructions 1910 -> 1428, loop_instructions 911 -> 642 (aiter 924 -> 630 over the whole "
+        "PR); decode unchanged (its atomic epilogue's offsets are 32-bit in both PR sides).",
+        expects=(Expect("instructions", "down", note="prefill; Kimi 1910 -> 1428 (decode: the same kernel)"),
+                 Expect("loop_instructions", "down", note="prefill; Kimi 911 -> 642")),
     ),
 )
 
