@@ -58,14 +58,19 @@ K tiles, all preloaded (no K loop):
   stores every element as one ``global_store_short`` (128 per tile and lane).
 
 Fidelity (``python -m mxfp4_ablation.fidelity moe2``: moe2-v0 vs aiter 46ecc4489, moe2-v4 vs aiter
-b242ba66a, Kimi-K2.5 TP=4, band 15 %): every metric is in band at decode (18/18 both sides), and at
-prefill all but two of 24: ``agpr`` 28 vs 20 (v0) and 24 vs 16 (v4) -- the register allocator spills
-a different number of the 64 A fragments of a tile's second K tile to AGPRs (ours and the seed's
-unified totals differ by 3 %); ``insts_before_first_buffer_load`` at v4 is 61 vs 47 -- LLVM
-schedules our lane-offset arithmetic for the later scale/W2 loads ahead of the first DMA (v0: 78 vs
-89, in band); and ``sign_fixes`` at v4 is 0 vs 2 -- the hoisted lane base of our strength-reduced
-epilogue is zero-extended (every index is >= 0), the seed's sign-extended (a sign-extended one gives
-2 but moves the loop's waits out of band, 28 vs 24).
+b242ba66a, Kimi-K2.5 TP=4, band 15 %): at decode every metric is in band on both sides (18 of 18);
+at prefill 22 of 24 (v0) and 21 of 24 (v4).  Outside, measured:
+
+* ``agpr`` 24 vs 20 (v0), 20 vs 16 (v4): both kernels fill the 256 arch VGPRs and the allocator puts
+  some of the second K tile's 16-byte A fragments (``ds_read_b128 a[..]``) in AGPRs -- ours 6 of 16
+  (v0) and 5 (v4), the seed's 5 and 4; the unified totals differ by 1.5 % (280 vs 276, 276 vs 272).
+* ``insts_before_first_buffer_load`` 103 vs 89 (v0, +16 %), 61 vs 47 (v4): we build all four buffer
+  resources in the prologue (the seed builds three per tile), so their constants and the lane offsets
+  of the later scale/W2 loads are scheduled ahead of the first DMA. Building them per tile gives 97
+  (v0, in band) and 55 (v4) but moves the v4 tile loop's waits out of band (28 vs 24), so we do not.
+* ``sign_fixes`` 0 vs 2 (v4): our strength-reduced epilogue zero-extends the lane's row and column
+  (every index is >= 0), the seed sign-extends them (``fx.Int64``); sign-extending gives 4 (two
+  v_ashrrev more than the seed's) and the loop's waits 28 vs 24.
 
 Variants are data: :data:`SWITCHES` holds the :class:`~mxfp4_ablation.family.Switch` records
 (the seed's claim, the mechanism and the ISA metric each should move), from which the registry
