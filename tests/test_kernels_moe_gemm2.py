@@ -340,6 +340,15 @@ def test_emulator_matches_the_host_emulation_bit_for_bit(regime, name):
     assert torch.equal(out, ref)
 
 
+@pytest.mark.parametrize("name", ["moe2-v0", "moe2-v4"])
+@pytest.mark.parametrize("regime", sorted(SMALL_CASES))
+def test_emulator_two_k_tiles_like_kimi(regime, name):
+    """inter 512 (Kimi's): two LDS slots, two fences (decode: the hand-counted vmcnt(23) then (22))."""
+    out, ref, run = _run_emulator(_shape(dict(SMALL, inter=512), SMALL_CASES[regime]), name, seed=3)
+    assert len(run.hazards) == 0
+    assert torch.equal(out, ref)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["moe2-v1", "moe2-v2", "moe2-v3"] + LOO)
 @pytest.mark.parametrize("case", [(16, 16), (200, 128), (200, 16), (16, 128)])
