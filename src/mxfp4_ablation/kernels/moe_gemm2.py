@@ -312,7 +312,6 @@ class _Emitter:
         self.g, self.sw = g, sw
         self.unsigned = "unsigned_div" in sw
         self.lds = lds_base  # i32 byte address of the kernel's LDS block
-        self._lds_ptr = None
 
     # ------------------------------------------------------------------ index math
     def div(self, a, b):
@@ -370,12 +369,9 @@ class _Emitter:
             # One-shot grid: the A tile's LDS DMA goes out before the valid-rows test (it depends on
             # the block id only), so its latency hides the num_valid_ids load.
             row0 = _mul(self.div(self.pid, g.n_blocks), g.BM)
-            if g.load_waves < N_WAVES:
-                if_op = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ult, self.wave, _c(g.load_waves)).result,
-                                 has_else=False)
-                with ir.InsertionPoint(if_op.then_block):
+            if g.load_waves < N_WAVES:  # block_m 16: waves 0 and 1 hold the 16 rows
+                with _if(arith.CmpIOp(arith.CmpIPredicate.ult, self.wave, _c(g.load_waves)).result):
                     self.issue_a(row0)
-                    scf.YieldOp([])
             else:
                 self.issue_a(row0)
             rocdl.sched_barrier(0)
