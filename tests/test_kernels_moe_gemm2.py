@@ -104,13 +104,21 @@ def test_launch_config_and_geometry():
     sort_rows = host.max_sorted_rows(16, 2, 8, 16)
     assert block == (256, 1, 1) and grid == (sort_rows // 16 * 2, 1, 1)
     g = m2.Geometry(tokens=16384, block_m=128, **KIMI)
-    assert g.n_blocks == 28 and g.KI == 4 and g.MT == 8 and g.out_rows == g.max_sorted
+    assert g.n_blocks == 28 and g.KT == 2 and g.MC == 8 and g.out_rows == g.max_sorted
+    # Prefill: a persistent grid of 256 workgroups past 1024 tiles (the seed's rule), else one per tile.
+    assert g.tiles > 1024 and g.grid == 256 and m2.launch_config(tokens=16384, block_m=128, **KIMI)[0] == (256, 1, 1)
+    small = m2.Geometry(tokens=200, block_m=128, **SMALL)
+    assert small.grid == small.tiles == small.m_blocks * 2
+    # LDS: decode 16 KiB (the f32 epilogue tile; the A slots fit in it), prefill two 16 KiB A slots.
+    assert m2.Geometry(tokens=16, block_m=16, **KIMI).lds_bytes == 16384 and g.lds_bytes == 32768
+    assert small.lds_bytes == 16384  # inter 256: one K tile
 
 
 @pytest.mark.parametrize("change, match", [
     (dict(block_m=32), "block_m must be 16"),
     (dict(hidden=300), "hidden must be a multiple of 256"),
     (dict(inter=384), "inter must be a multiple of 256"),
+    (dict(inter=768), "inter must be at most 512"),
     (dict(topk=9), "topk"),
     (dict(tokens=0), "tokens must be a positive integer"),
     (dict(tokens=1 << 24), "tokens must be below"),
@@ -159,22 +167,38 @@ def test_inputs_are_the_host_pipeline_buffers(regime):
 # --------------------------------------------------------------------------- compiled kernels
 
 
-def test_every_ladder_variant_compiles_with_the_scaled_fp4_mfma_in_a_k_loop(small_ladder):
+def _dma(art):
+    """LDS-DMA instructions (``buffer_load_dword* ... lds``)."""
+    return sum(1 for i in isa.parse(art.isa)[0].instructions
+               if i.opcode.startswith("buffer_load") and "lds" in i.modifiers)
+
+
+def test_every_ladder_variant_has_the_seeds_lds_staged_structure(small_ladder):
     regime, shape, arts = small_ladder
-    mt = shape["block_m"] // 16
+    mc = shape["block_m"] // 16
     for name, art in arts.items():
         met = isa.metrics(art.isa)
-        body = art.isa
-        mfmas = re.findall(r"v_mfma_scale_f32_16x16x128_f8f6f4 .*", body)
-        assert len(mfmas) == met["mfma"] == 4 * mt, name
+        mfmas = re.findall(r"v_mfma_scale_f32_16x16x128_f8f6f4 .*", art.isa)
         assert all("cbsz:4" in x and "blgp:4" in x for x in mfmas), name
-        assert met["loop_mfma"] == 4 * mt, name  # the K loop stays a loop (one 128-K step per trip)
         assert art.resources["scratch_bytes"] == 0, name
+        assert met["lds_bytes"] == 16384, name  # decode: the f32 epilogue tile; prefill: one 16 KiB A slot
         hist = met["opcode_histogram"]
         if regime == "decode":
-            assert hist.get("global_atomic_pk_add_bf16") == 8, name  # 4 column tiles x 2 packed pairs
+            # One tile per workgroup, K = 256: one K tile of 2 x 4 MFMAs, no loop; A through LDS (one DMA
+            # per loading wave), two ds_read_b128, the LDS round trip of the epilogue, 8 packed-bf16 atomics.
+            assert len(mfmas) == met["mfma"] == 8 and met["loop_mfma"] is None, name
+            assert _dma(art) == 1 and hist.get("ds_read_b128") == 2 and hist.get("ds_read_b64") == 8, name
+            assert hist.get("ds_write2_b32") == 8, name
+            assert met["s_barrier"] == 3, name  # K-tile fence + the epilogue's two
+            assert hist.get("global_atomic_pk_add_bf16") == 8, name
         else:
-            assert hist.get("global_store_dwordx2") == 4 * mt, name  # 8 bytes = 4 bf16 per tile
+            # The persistent grid: the first tile peeled, then a loop whose body is one whole tile.
+            assert len(mfmas) == met["mfma"] == 2 * 8 * mc and met["loop_mfma"] == 8 * mc, name
+            assert _dma(art) == 2 * 4 and hist.get("ds_read_b128") == 2 * 2 * mc, name
+            assert met["s_barrier"] == 3, name  # the fence of each copy + the loop-top LDS reuse barrier
+            assert hist.get("global_store_short") == 2 * 16 * mc, name  # one bf16 per store
+        assert sum(1 for i in isa.parse(art.isa)[0].instructions
+                   if i.operands and i.operands[0] == "m0" and i.opcode.startswith("s_")) >= 1, name
 
 
 def test_kernel_args_match_the_compiled_metadata(small_ladder):
@@ -182,7 +206,8 @@ def test_kernel_args_match_the_compiled_metadata(small_ladder):
     inp = m2.make_inputs(**shape)
     for name in ("moe2-v0", "moe2-v1"):
         entries = m2.kernel_args(inp, **_on(name))
-        meta = common.metadata_args(arts[name].isa)
+        # (the emulator fills the implicit arguments the prefill grid-stride loop reads)
+        meta = [a for a in common.metadata_args(arts[name].isa) if not a["value_kind"].startswith("hidden_")]
         assert [(e["offset"], e["size"]) for e in entries] == [(a["offset"], a["size"]) for a in meta], name
     assert len(m2.kernel_args(inp, **_on("moe2-v1"))) == len(m2.ARG_NAMES)
     with pytest.raises(ValueError, match="True/False"):
@@ -193,33 +218,55 @@ def test_int64_abi_shrinks_the_kernargs_and_their_loads(small_ladder):
     regime, _, arts = small_ladder
     v0, v1 = arts["moe2-v0"], arts["moe2-v1"]
     assert v1.resources["kernarg_bytes"] < v0.resources["kernarg_bytes"]
-    assert v1.resources["kernarg_bytes"] == 8 * 9 + 4
+    # 9 addresses + tokens; the prefill grid-stride loop reads the grid size from the implicit arguments.
+    assert v1.resources["kernarg_bytes"] == (8 * 9 + 4 if regime == "decode" else 80 + 256)
+    assert v0.resources["kernarg_bytes"] == (144 if regime == "decode" else 400)  # 16 bytes per 1-D tensor
     assert _count(v1, "s_load") < _count(v0, "s_load")
-    assert _count(v1, "s_load") <= 4
+    assert _count(v1, "s_load") <= 6
 
 
 def test_unsigned_div_drops_the_sign_corrections(small_ladder):
-    _, _, arts = small_ladder
+    regime, _, arts = small_ladder
     v1, v2 = arts["moe2-v1"], arts["moe2-v2"]
-    assert _count(v1, "s_ashr_i32", "v_ashrrev_i32") > 0
-    assert _count(v2, "s_ashr_i32", "v_ashrrev_i32") == 0
+    signs = [_count(a, "s_ashr_i32", "v_ashrrev_i32") for a in (v1, v2)]
+    # Small shape: decode 9 -> 4 (the rest: sign-extended 32-bit atomic offsets, as in the seed), prefill
+    # 36 -> 24 (the rest: the per-element sign extensions that epilogue_strength_reduction removes).
+    assert signs == ([9, 4] if regime == "decode" else [36, 24])
+    assert _count(arts["moe2-v4"], "s_ashr_i32", "v_ashrrev_i32") == (4 if regime == "decode" else 0)
     assert isa.metrics(v2.isa)["instructions"] < isa.metrics(v1.isa)["instructions"]
 
 
-def test_backend_waitcnt_drops_waits_from_the_k_loop(small_ladder):
-    _, _, arts = small_ladder
+def _asm_barriers(art):
+    return sum(1 for i in isa.parse(art.isa)[0].instructions if i.opcode == "s_barrier" and i.in_asm_block)
+
+
+def test_backend_waitcnt_replaces_the_non_atomic_fence(small_ladder):
+    regime, _, arts = small_ladder
     v2, v3 = isa.metrics(arts["moe2-v2"].isa), isa.metrics(arts["moe2-v3"].isa)
-    assert v3["loop_s_waitcnt"] < v2["loop_s_waitcnt"]
-    assert v3["loop_instructions"] < v2["loop_instructions"]
-    assert v3["loop_mfma"] == v2["loop_mfma"]
-    assert _asm_waits(arts["moe2-v2"]) == 1  # the hand-written wait, once in the loop body
-    assert _asm_waits(arts["moe2-v3"]) == 0
+    if regime == "decode":
+        # The atomic path keeps the seed's hand-counted fence in both PR sides: the same kernel.
+        assert arts["moe2-v2"].isa.split(".amdgpu_metadata")[0] == arts["moe2-v3"].isa.split(".amdgpu_metadata")[0]
+        assert _asm_waits(arts["moe2-v3"]) == _asm_barriers(arts["moe2-v3"]) == 1
+        assert "s_waitcnt vmcnt(11)" in arts["moe2-v3"].isa  # 1 K tile: 1 + 2 scale words + 8 W2 loads after it
+        return
+    # Prefill: 's_waitcnt vmcnt(N) lgkmcnt(0)' + a bare s_barrier per K tile (peeled tile + loop body) ...
+    assert _asm_waits(arts["moe2-v2"]) == _asm_barriers(arts["moe2-v2"]) == 2
+    assert re.search(r"s_waitcnt vmcnt\(14\) lgkmcnt\(0\)", arts["moe2-v2"].isa)  # 16 capped: 14 loads follow
+    # ... becomes a plain barrier with LLVM's own waits.
+    assert _asm_waits(arts["moe2-v3"]) == _asm_barriers(arts["moe2-v3"]) == 0
+    assert v3["s_barrier"] == v2["s_barrier"] and v3["mfma"] == v2["mfma"]
+    assert v3["s_waitcnt"] < v2["s_waitcnt"]
 
 
-def test_epilogue_strength_reduction_shrinks_the_epilogue(small_ladder):
-    _, _, arts = small_ladder
+def test_epilogue_strength_reduction_shrinks_the_non_atomic_epilogue(small_ladder):
+    regime, _, arts = small_ladder
+    v3, v4 = (isa.metrics(arts[n].isa) for n in ("moe2-v3", "moe2-v4"))
+    if regime == "decode":  # the atomic epilogue's offsets are 32-bit in both PR sides: the same kernel
+        assert arts["moe2-v3"].isa.split(".amdgpu_metadata")[0] == arts["moe2-v4"].isa.split(".amdgpu_metadata")[0]
+        return
     assert _epilogue_instructions(arts["moe2-v4"]) < _epilogue_instructions(arts["moe2-v3"])
-    assert isa.metrics(arts["moe2-v4"].isa)["instructions"] < isa.metrics(arts["moe2-v3"].isa)["instructions"]
+    assert v4["instructions"] < v3["instructions"] and v4["loop_instructions"] < v3["loop_instructions"]
+    assert _count(arts["moe2-v3"], "v_ashrrev_i32") > 0 == _count(arts["moe2-v4"], "v_ashrrev_i32")
 
 
 @pytest.mark.slow
@@ -229,11 +276,12 @@ def test_leave_one_out_variants_lose_their_switch_effect(regime):
     arts = _compile(shape, ["moe2-v4"] + LOO)
     full = arts["moe2-v4"]
     assert arts["moe2-v4-no-int64_abi"].resources["kernarg_bytes"] > full.resources["kernarg_bytes"]
-    assert _count(arts["moe2-v4-no-unsigned_div"], "s_ashr_i32", "v_ashrrev_i32") > 0 == _count(
+    assert _count(arts["moe2-v4-no-unsigned_div"], "s_ashr_i32", "v_ashrrev_i32") > _count(
         full, "s_ashr_i32", "v_ashrrev_i32")
-    assert isa.metrics(arts["moe2-v4-no-backend_waitcnt"].isa)["loop_s_waitcnt"] > isa.metrics(full.isa)[
-        "loop_s_waitcnt"]
-    assert _epilogue_instructions(arts["moe2-v4-no-epilogue_strength_reduction"]) > _epilogue_instructions(full)
+    if regime == "prefill":
+        assert _asm_waits(arts["moe2-v4-no-backend_waitcnt"]) == 2 and _asm_waits(full) == 0
+        assert isa.metrics(arts["moe2-v4-no-epilogue_strength_reduction"].isa)["instructions"] > isa.metrics(
+            full.isa)["instructions"]
 
 
 @pytest.mark.slow
@@ -242,8 +290,10 @@ def test_kimi_shape_compiles_and_each_switch_moves_its_metric(regime):
     shape = _shape(KIMI, KIMI_CASES[regime])
     arts = _compile(shape, LADDER)
     met = {n: isa.metrics(a.isa) for n, a in arts.items()}
-    for n in LADDER:
-        assert met[n]["mfma"] == met[n]["loop_mfma"] == 4 * shape["block_m"] // 16
+    for n in LADDER:  # the seed's MFMA counts: 16 at decode (no loop), 256 at prefill (128 in the tile loop)
+        assert met[n]["mfma"] == (16 if regime == "decode" else 256)
+        assert met[n]["loop_mfma"] == (None if regime == "decode" else 128)
+        assert met[n]["lds_bytes"] == (16384 if regime == "decode" else 32768)
     assert arts["moe2-v1"].resources["kernarg_bytes"] < arts["moe2-v0"].resources["kernarg_bytes"]
     assert _count(arts["moe2-v1"], "s_load") < _count(arts["moe2-v0"], "s_load")
     # 28 column blocks: the block split is a signed -> unsigned high multiply.
@@ -251,9 +301,11 @@ def test_kimi_shape_compiles_and_each_switch_moves_its_metric(regime):
     assert _count(arts["moe2-v2"], "s_mul_hi_u32") >= 1
     assert _count(arts["moe2-v2"], "s_ashr_i32", "v_ashrrev_i32") < _count(arts["moe2-v1"], "s_ashr_i32",
                                                                            "v_ashrrev_i32")
-    assert met["moe2-v3"]["loop_s_waitcnt"] < met["moe2-v2"]["loop_s_waitcnt"]
-    # N_OUT 7168: one 64-bit row product per lane instead of one per stored element.
-    assert _count(arts["moe2-v3"], "v_mad_u64_u32") > 1 and _count(arts["moe2-v4"], "v_mad_u64_u32") == 1
+    if regime == "prefill":
+        assert met["moe2-v3"]["loop_s_waitcnt"] < met["moe2-v2"]["loop_s_waitcnt"]
+        # N_OUT 7168: one 64-bit row product per lane (per tile copy) instead of one per stored row.
+        assert _count(arts["moe2-v3"], "v_mad_i64_i32", "v_mad_u64_u32") == 64
+        assert _count(arts["moe2-v4"], "v_mad_i64_i32", "v_mad_u64_u32") == 2
 
 
 # --------------------------------------------------------------------------- emulator
@@ -288,10 +340,31 @@ def test_emulator_matches_the_host_emulation_bit_for_bit(regime, name):
     assert torch.equal(out, ref)
 
 
+@pytest.mark.parametrize("name", ["moe2-v0", "moe2-v4"])
+@pytest.mark.parametrize("regime", sorted(SMALL_CASES))
+def test_emulator_two_k_tiles_like_kimi(regime, name):
+    """inter 512 (Kimi's): two LDS slots, two fences (decode: the hand-counted vmcnt(23) then (22))."""
+    out, ref, run = _run_emulator(_shape(dict(SMALL, inter=512), SMALL_CASES[regime]), name, seed=3)
+    assert len(run.hazards) == 0
+    assert torch.equal(out, ref)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["moe2-v1", "moe2-v2", "moe2-v3"] + LOO)
 @pytest.mark.parametrize("case", [(16, 16), (200, 128), (200, 16), (16, 128)])
 def test_emulator_all_variants_both_regimes(case, name):
     out, ref, run = _run_emulator(_shape(SMALL, case), name, seed=2)
+    assert len(run.hazards) == 0
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["moe2-v0", "moe2-v4"])
+def test_emulator_persistent_prefill_grid_walks_every_tile(name):
+    """1064 tiles (38 row blocks x 28 column blocks) on the 256-workgroup persistent grid: the peeled
+    first tile and three or four trips of the tile loop per workgroup (LDS slots reused across tiles)."""
+    shape = dict(experts=8, hidden=7168, inter=256, topk=2, tokens=1900, block_m=128)
+    assert m2.launch_config(**shape)[0] == (256, 1, 1) and m2.Geometry(**shape).tiles == 1064
+    out, ref, run = _run_emulator(shape, name)
     assert len(run.hazards) == 0
     assert torch.equal(out, ref)

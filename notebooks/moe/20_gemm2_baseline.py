@@ -14,8 +14,9 @@
 # %% [markdown]
 # # MoE gemm2 ladder step 0 · Baseline: every switch off
 #
-# MoE gemm2 (down projection; atomic bf16 epilogue at decode, per-row stores at prefill) as the
-# FlyDSL kernel stood before aiter PR #3828. Every later gemm2 step adds one switch. This notebook
+# MoE gemm2 (down projection; A staged through LDS by LDS-DMA, an LDS-cshuffled atomic bf16 epilogue at
+# decode, a persistent grid with per-element stores at prefill) as aiter's FlyDSL kernel stood before
+# aiter PR #3828. Every later gemm2 step adds one switch. This notebook
 # checks it in both regimes and records its ISA; there is no predecessor to diff against.
 
 # %% tags=["parameters"]

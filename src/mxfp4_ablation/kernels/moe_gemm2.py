@@ -11,7 +11,8 @@ For every sorted row ``r`` (token ``t``, slot ``s``, expert ``e`` of its block):
   valid block, a plain store into bf16 ``[max_sorted, H]`` that the host's
   :func:`mxfp4_ablation.moe.host.scatter_reduce` weights and sums.
 
-Buffers (exactly those :func:`mxfp4_ablation.moe.host.emulate_gemm2` reads):
+Buffers (exactly those :func:`mxfp4_ablation.moe.host.emulate_gemm2` reads; the kernel takes
+each one 1-D, every size it needs being a compile-time constant):
 
 * ``inter``: the requantised intermediate ``h``, fp4 row-major ``uint8 [max_sorted, I/2]``
   in sorted order;
@@ -26,26 +27,58 @@ Buffers (exactly those :func:`mxfp4_ablation.moe.host.emulate_gemm2` reads):
 * ``out``: bf16 ``[M, H]`` (decode) or ``[max_sorted, H]`` (prefill);
 * ``tokens``: M (i32).
 
-Geometry (fixed, simple on purpose): one workgroup = 4 waves computes ``block_m`` sorted
-rows x 256 hidden columns; wave ``w`` owns columns ``64w .. 64w+63`` as four 16-column
-tiles, for all ``block_m/16`` row tiles.  Workgroup ``pid`` takes row block
-``pid // (H/256)`` and column block ``pid % (H/256)``; blocks past ``num_valid_ids[0]``
-exit at once.  The K loop (a real loop, one iteration per 128 fp4 of the intermediate)
-loads every operand straight into VGPRs with ``buffer_load_dwordx4`` (A: row ``l%16``,
-bytes ``16*(l//16)`` of the row's 64-byte K step; B: the preshuffled 1 KiB block,
-lane ``l`` at ``16*l``) and the scale words with ``buffer_load_dword``, one step ahead
-of the MFMAs (a register double buffer carried round the loop).  Each MFMA is
-``v_mfma_scale_f32_16x16x128_f8f6f4`` (fp4 x fp4, ``cbsz:4 blgp:4``) with the operands
-swapped (W2's fragment is src0), so lane ``l`` ends with ``y[row l%16, 4(l//16)..+3]``:
-four consecutive bf16 of one row = two packed-bf16 atomics or one 8-byte store.
-The scale word of a lane holds four E8M0 bytes, byte ``2*kp + np`` (kp = 128-K half,
-np = 16-row tile of the 32-row pair); the kernel shifts the wanted byte down to byte 0.
+Structure (the seed's, aiter's FlyDSL ``mxfp4_gemm2`` at the Kimi shapes; our own code): one
+workgroup = 4 waves computes one *tile*: ``block_m`` sorted rows x 256 hidden columns, wave ``w``
+owning columns ``64w .. 64w+63`` as four 16-column MFMA tiles for all ``block_m/16`` row chunks.
+Tile ``t`` is row block ``t // (H/256)``, column block ``t % (H/256)``; tiles past
+``num_valid_ids[0] / block_m`` row blocks do nothing.  K (``inter`` <= 512) is one or two 256-deep
+K tiles, all preloaded (no K loop):
+
+* **A** (``inter``) goes global -> LDS with ``buffer_load_dwordx4 ... lds`` (m0 = the slot's row
+  base): one instruction moves 8 rows x 128 bytes, lane ``l`` fetching chunk ``(l%8) ^ ((row>>1)&7)``
+  of row ``l/8`` (the XOR swizzle), so each K tile is a ``block_m`` x 128-byte LDS slot (decode: 2
+  waves x 1 DMA per tile; prefill: 4 waves x 4); LDS 16 KiB at decode (the slots share it with the
+  epilogue's f32 tile), 32 KiB at prefill (two 16 KiB slots).
+* **B** (``w2``, non-temporal at decode) and both scale words go straight to VGPRs with
+  ``buffer_load_dword{,x4}`` (row bases in soffset, the lane and K offsets in voffset), all K tiles up
+  front, in the seed's order: A scales, B scales, W2.
+* per K tile: a **fence** (every wave's DMA of the tile has landed: decode, hand-counted inline-asm
+  ``s_waitcnt vmcnt(N)`` + bare ``s_barrier`` as in the seed; prefill see ``backend_waitcnt``),
+  ``ds_read_b128`` of the A fragments (row ``16i + l%16``, bytes ``64h + 16(l/16)``), then the
+  ``v_mfma_scale_f32_16x16x128_f8f6f4`` (fp4 x fp4, ``cbsz:4 blgp:4``; A is src0, W2 src1) of every
+  (row chunk, column tile, 128-K half): 8 MFMAs per K tile at decode, 64 at prefill, the scale bytes
+  picked by ``op_sel`` (byte ``2*half + 16-row half of the 32-row group``).  Lane ``l`` ends with
+  ``y[rows 16i + 4(l/16) + v, column 16j + l%16]``.
+* **decode epilogue**: the f32 tile goes through LDS (``ds_write2_b32``; two ``s_barrier``) so that
+  thread ``t`` holds columns ``2(t%32) + 64s`` of row ``t/32 (+8)``: ``ds_read_b64``, times the row's
+  weight (prefetched), ``v_cvt_pk_bf16_f32``, ``global_atomic_pk_add_bf16`` -- 8 per lane.
+* **prefill**: a persistent grid -- 256 workgroups once there are more than 1024 tiles, else one per
+  tile -- walks the tiles in an XCD-interleaved order (the first tile peeled, then a grid-stride loop
+  whose body is one whole tile: a barrier, the next DMA, loads, 128 MFMAs, stores); the epilogue
+  stores every element as one ``global_store_short`` (128 per tile and lane).
+
+Fidelity (``python -m mxfp4_ablation.fidelity moe2``: moe2-v0 vs aiter 46ecc4489, moe2-v4 vs aiter
+b242ba66a, Kimi-K2.5 TP=4, band 15 %): at decode every metric is in band on both sides (18 of 18);
+at prefill 22 of 24 (v0) and 21 of 24 (v4).  Outside, measured:
+
+* ``agpr`` 24 vs 20 (v0), 20 vs 16 (v4): both kernels fill the 256 arch VGPRs and the allocator puts
+  some of the second K tile's 16-byte A fragments (``ds_read_b128 a[..]``) in AGPRs -- ours 6 of 16
+  (v0) and 5 (v4), the seed's 5 and 4; the unified totals differ by 1.5 % (280 vs 276, 276 vs 272).
+* ``insts_before_first_buffer_load`` 103 vs 89 (v0, +16 %), 61 vs 47 (v4): we build all four buffer
+  resources in the prologue (the seed builds three per tile), so their constants and the lane offsets
+  of the later scale/W2 loads are scheduled ahead of the first DMA. Building them per tile gives 97
+  (v0, in band) and 55 (v4) but moves the v4 tile loop's waits out of band (28 vs 24), so we do not.
+* ``sign_fixes`` 0 vs 2 (v4): our strength-reduced epilogue zero-extends the lane's row and column
+  (every index is >= 0), the seed sign-extends them (``fx.Int64``); sign-extending gives 4 (two
+  v_ashrrev more than the seed's) and the loop's waits 28 vs 24.
 
 Variants are data: :data:`SWITCHES` holds the :class:`~mxfp4_ablation.family.Switch` records
 (the seed's claim, the mechanism and the ISA metric each should move), from which the registry
 derives the ladder (``moe2-v0`` .. ``moe2-v4``) and the leave-one-out set (``moe2-v4-no-<switch>``).  The seed is aiter PR #3828 ("flydsl
 mxfp4 a4w4 MoE: bring gemm1/gemm2 to parity with the HIP backend"); its claims are
-quoted, never its code.
+quoted, never its code.  Two of its gemm2 changes touch only the non-atomic (prefill) path --
+``backend_waitcnt`` and ``epilogue_strength_reduction`` -- so at decode those rungs compile to the
+same kernel as their predecessors, as the seed's do.
 """
 
 from __future__ import annotations
@@ -59,6 +92,9 @@ from .moe_shape import (  # noqa: F401 - the contract's shape names, re-exported
 )
 
 NAME = "moe2"
+#: Switches whose seed change touches only the non-atomic (prefill) path: at decode their rung is the
+#: same kernel as its predecessor, so their expectations can only hold at prefill.
+NON_ATOMIC_ONLY = frozenset({"backend_waitcnt", "epilogue_strength_reduction"})
 LABEL = "MoE gemm2"
 METRICS = "moe"
 
@@ -68,49 +104,65 @@ SWITCHES = _family.switch_table(
         claim="passing each buffer as an i64 address instead of a memref/tensor descriptor makes gemm2 ~7 % "
         "faster at decode, with parity by M~64 (a launch-bound kernel pays for every kernarg load before its "
         "first memory access).",
-        mechanism="a FlyDSL fx.Tensor argument is a pointer plus a layout block (dims as i32, strides as i64) "
-        "that the kernel loads to size its buffer resources; with int64_abi each buffer is one 8-byte argument "
-        "and every size is a compile-time constant.",
-        metric="kernarg_bytes falls (180 -> 76 here) and the s_load_dword* count falls (18 -> 3 at decode, "
-        "13 -> 3 at prefill).",
-        expects=(Expect("kernarg_bytes", "down", note="180 -> 76 in our kernel"),
-                 Expect("s_load", "down", note="18 -> 3 decode, 13 -> 3 prefill in our kernel")),
+        mechanism="a FlyDSL fx.Tensor argument is a pointer plus a layout block (here one i32: the kernel takes "
+        "every buffer 1-D) in the kernarg segment; with int64_abi each buffer is one 8-byte argument, packed "
+        "contiguously, so the prologue's kernarg loads coalesce. The buffer resources are sized by compile-time "
+        "constants either way.",
+        metric="kernarg_bytes falls (Kimi: 144 -> 76 at decode, 400 -> 336 at prefill, which adds the 256 bytes "
+        "of implicit arguments its persistent grid reads; aiter: 156 -> 88 and 416 -> 344) and the s_load_dword* "
+        "count falls (12 -> 5 decode, 10 -> 6 prefill; aiter 12 -> 5 and 10 -> 6).",
+        expects=(Expect("kernarg_bytes", "down", seed_before=156, seed_after=88,
+                        note="decode; ours 144 -> 76 (prefill 400 -> 336)"),
+                 Expect("s_load", "down", seed_before=12, seed_after=5,
+                        note="decode; ours 12 -> 5 (prefill 10 -> 6)")),
     ),
     Switch(
         "unsigned_div", "Unsigned division for non-negative index math.", PR_3828,
         claim="divui/remui instead of the signed forms removes the sign-correction SALU of every division in the "
         "index prologue.",
-        mechanism="a signed divide by a constant is a high multiply (s_mul_hi_i32) or shift plus a correction "
-        "that adds the sign bit (s_ashr_i32 / s_lshr_b32 31 + s_add_i32), a signed remainder a further "
-        "multiply-subtract; every index here is >= 0, so arith.divui/remui give the same numbers without it.",
-        metric="s_ashr_i32 + v_ashrrev_i32 count falls to 0, s_mul_hi_i32 becomes s_mul_hi_u32 (Kimi: H/256 = "
-        "28 column blocks), instruction count falls.",
-        expects=(Expect("sign_shifts", "zero"), Expect("s_mul_hi_i32", "down"),
-                 Expect("instructions", "down")),
+        mechanism="the tile-index math (valid rows / block_m, tile -> row and column block, the XCD split "
+        "bound/8, bound%8, pid%8, pid/8, row0/32) uses FlyDSL's signed floor division (a high multiply or shift "
+        "plus the s_ashr_i32 31 sign corrections) and remsi; every index is >= 0, so arith.divui/remui give the "
+        "same numbers without them (and the column block becomes tile - row_block * H/256).",
+        metric="sign_shifts (s_ashr_i32 + v_ashrrev_i32) fall (Kimi: 8 -> 3 at decode, 20 -> 8 at prefill -- "
+        "12 -> 0 with the strength-reduced epilogue; aiter's sign_fixes 7 -> 3 and 20 -> 2), s_mul_hi_i32 "
+        "becomes s_mul_hi_u32 (H/256 = 28 column blocks: 1 -> 0 decode, 2 -> 0 prefill), instructions fall "
+        "(279 -> 248 decode, 1987 -> 1922 prefill).",
+        expects=(Expect("sign_shifts", "down", seed_before=7, seed_after=3, note="decode; ours 8 -> 3"),
+                 Expect("s_mul_hi_i32", "down", note="Kimi: 1 -> 0 decode, 2 -> 0 prefill"),
+                 Expect("instructions", "down", note="Kimi: 279 -> 248 decode, 1987 -> 1922 prefill")),
     ),
     Switch(
-        "backend_waitcnt", "Let LLVM own the K-loop waits.", PR_3828,
-        claim="the hand-written inline-asm s_waitcnt vmcnt(N) in the K loop came on top of the waits LLVM's "
-        "SIInsertWaitcnts pass inserts anyway (it cannot see into inline asm), so every K step waited twice - "
-        "the large-M bubble.",
-        mechanism="drop the inline-asm wait after each step's prefetch; the pass's own per-register vmcnt waits "
-        "remain and are sufficient (the asm, a scheduling barrier, also stops going in the scheduler's way).",
-        metric="loop_s_waitcnt falls (9 -> 3 small decode, 18 -> 6 small prefill, by one at the Kimi shape), "
-        "loop_instructions fall, MFMA count unchanged.",
-        expects=(Expect("loop_s_waitcnt", "down"), Expect("loop_instructions", "down")),
+        "backend_waitcnt", "Let LLVM own the non-atomic K-loop fence.", PR_3828,
+        claim="the hand-written inline-asm s_waitcnt vmcnt(16) lgkmcnt(0) + s_barrier before each K tile's "
+        "ds_read in the non-atomic (prefill) path came on top of the waits LLVM's SIInsertWaitcnts pass inserts "
+        "anyway (it cannot see into inline asm): replace it with a plain barrier and let the backend insert the "
+        "buffer_load ... lds -> ds_read wait.",
+        mechanism="prefill only (the atomic decode path keeps its hand-counted vmcnt + bare s_barrier in both PR "
+        "sides): without the switch each K tile's fence is inline asm 's_waitcnt vmcnt(16) lgkmcnt(0)' (the "
+        "seed's count, capped by what our issue order allows) + a bare 's_barrier'; with it, rocdl.barrier(), "
+        "before which LLVM places the vmcnt wait for the tile's DMA (or folds it into an earlier one).",
+        metric="prefill: the inline-asm waits go (asm_s_waitcnt 4 -> 0 at Kimi, 2 -> 0 at the small shape), "
+        "s_waitcnt falls (Kimi 66 -> 54, small 37 -> 35) and so does the tile loop's loop_s_waitcnt at Kimi "
+        "(31 -> 25; aiter 29 -> 24; the small shape's one K tile: 17 -> 17); decode unchanged (the same kernel).",
+        expects=(Expect("asm_s_waitcnt", "zero", note="prefill: Kimi 4 -> 0; decode keeps the seed's atomic fence"),
+                 Expect("s_waitcnt", "down", seed_before=64, seed_after=52,
+                        note="prefill, whole PR for aiter; ours 66 -> 54 for this switch at Kimi")),
     ),
     Switch(
         "epilogue_strength_reduction", "Hoist the row x N_OUT multiply out of the store loop.", PR_3828,
-        claim="the bf16 epilogue computed a 64-bit (row * N_OUT + col) * 2 byte offset for every stored element; "
-        "computing the lane's base address once and adding compile-time offsets per element removes the 64-bit "
-        "multiply-adds.",
-        mechanism="element (row tile mt, column tile nt) is at lane_base + 2 * (16 * mt * N_OUT + 16 * nt) with "
-        "lane_base the only run-time product.",
-        metric="v_mad_u64_u32 falls to 1 (Kimi N_OUT 7168: 32 -> 1 at prefill, 7 -> 1 at decode); with a "
-        "power-of-two N_OUT the product is a shift, and the epilogue's instruction count falls instead (small "
-        "shape: -23 at decode, -56 at prefill).",
-        expects=(Expect("v_mad_u64_u32", "down", note="to 1 at the Kimi shape"),
-                 Expect("epilogue_instructions", "down")),
+        claim="the non-atomic bf16 epilogue computed a 64-bit (row * N_OUT + col) * 2 byte offset for every stored "
+        "element; computing the lane's base address once and adding compile-time offsets per element removes the "
+        "64-bit multiply-adds.",
+        mechanism="prefill only: element (row chunk i, value v, column tile j) of a lane is at "
+        "lane_base + ((16 i + v) * N_OUT + 16 j) * 2 with lane_base = (row0 + 4 (l/16)) * N_OUT + column, the "
+        "only run-time 64-bit product; without the switch every row's offset is sext(row) * N_OUT + sext(col) "
+        "(a v_mad_i64_i32 each).",
+        metric="prefill: the 64-bit multiply-adds (v_mad_i64_i32 + v_mad_u64_u32) fall 64 -> 2 (Kimi; aiter "
+        "64 -> 2), instructions 1910 -> 1428, loop_instructions 911 -> 642 (aiter 924 -> 630 over the whole "
+        "PR); decode unchanged (its atomic epilogue's offsets are 32-bit in both PR sides).",
+        expects=(Expect("instructions", "down", note="prefill; Kimi 1910 -> 1428 (decode: the same kernel)"),
+                 Expect("loop_instructions", "down", note="prefill; Kimi 911 -> 642")),
     ),
 )
 
@@ -133,7 +185,11 @@ KERNEL_NAME = "mxfp4_moe_gemm2"
 
 BLOCK_N = 256  # hidden columns per workgroup
 N_WAVES = 4
-K_STEP = 128  # fp4 per MFMA (and per K-loop iteration)
+K_TILE = 256  # fp4 per K tile (one LDS slot; two MFMAs deep)
+MAX_INTER = 512  # every K tile is preloaded into its own LDS slot (the seed's K <= 512 fast path)
+NUM_CU = 256  # persistent grid (prefill): this many workgroups once there are more than 4x as many tiles
+N_XCD = 8  # MI355X dies: the prefill tile order interleaves them
+HAND_VMCNT = 16  # the seed's hand-tuned vmcnt of the non-atomic K-loop fence (before backend_waitcnt)
 
 
 def _fam():
@@ -145,6 +201,9 @@ def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
     shape = check(tokens, experts, hidden, inter, topk, block_m)
     if hidden % BLOCK_N:
         raise UsageError(f"hidden must be a multiple of {BLOCK_N} (one 256-column block per workgroup), got {hidden}.")
+    if inter > MAX_INTER:
+        raise UsageError(f"inter must be at most {MAX_INTER} (every 256-deep K tile is preloaded into its own LDS "
+                         f"slot), got {inter}.")
     return shape
 
 
@@ -160,12 +219,19 @@ class Geometry:
         self.max_sorted = max_sorted_rows(tokens, topk, experts, block_m)
         self.m_blocks = self.max_sorted // block_m
         self.n_blocks = hidden // BLOCK_N
-        self.grid = self.m_blocks * self.n_blocks
+        self.tiles = self.m_blocks * self.n_blocks
+        # Decode: one workgroup per tile. Prefill: persistent once there are more than 4 x NUM_CU tiles.
+        self.grid = NUM_CU if not self.atomic and self.tiles > 4 * NUM_CU else self.tiles
         self.KB = inter // 2  # bytes per intermediate row
-        self.KI = inter // K_STEP  # K-loop iterations
-        self.K0 = inter // 128  # 1 KiB B blocks per 16 W2 rows
+        self.KT = inter // K_TILE  # K tiles (LDS slots)
         self.K1 = inter // 256  # scale words per lane per 32 rows
-        self.MT = block_m // 16  # row tiles per wave
+        self.MC = block_m // 16  # 16-row MFMA chunks per wave
+        self.load_waves = min(N_WAVES, block_m // 8)  # waves that DMA the A tile (8 rows per instruction)
+        self.rows_per_wave = block_m // self.load_waves
+        self.subs = self.rows_per_wave // 8  # DMA instructions per wave per K tile
+        self.slot = block_m * (K_TILE // 2)  # bytes of one K tile of A in LDS
+        # Decode reuses the LDS for the f32 output tile (block_m x 256) of its atomic epilogue.
+        self.lds_bytes = max(self.KT * self.slot, block_m * BLOCK_N * 4 if self.atomic else 0)
         self.scale_rows = -(-self.max_sorted // 32) * 32
         self.out_rows = tokens if self.atomic else self.max_sorted
         self.nbytes = {
@@ -240,240 +306,328 @@ def _asm(result_type, operands, text, constraints):
 
 
 class _Emitter:
-    """Emits one gemm2 kernel body for a fixed shape and switch set."""
+    """Emits one gemm2 kernel body for a fixed shape and switch set (see the module docstring)."""
 
-    def __init__(self, g: Geometry, sw: frozenset):
+    def __init__(self, g: Geometry, sw: frozenset, lds_base):
         self.g, self.sw = g, sw
         self.unsigned = "unsigned_div" in sw
+        self.lds = lds_base  # i32 byte address of the kernel's LDS block
 
     # ------------------------------------------------------------------ index math
     def div(self, a, b):
-        """``a / b`` for a >= 0: divui with unsigned_div, else the signed divsi."""
-        return (arith.DivUIOp if self.unsigned else arith.DivSIOp)(_v(a), _v(b)).result
+        """Tile-index ``a / b`` (a >= 0): divui with unsigned_div, else the signed floor division
+        (floordivsi: what FlyDSL's ``//`` on an Int32 gives, as in the seed's kernel before the PR)."""
+        return (arith.DivUIOp if self.unsigned else arith.FloorDivSIOp)(_v(a), _v(b)).result
 
     def rem(self, a, b):
-        """``a % b`` for a >= 0: remui with unsigned_div, else the signed remsi."""
+        """Tile-index ``a % b`` (a >= 0): remui with unsigned_div, else the signed remsi."""
         return (arith.RemUIOp if self.unsigned else arith.RemSIOp)(_v(a), _v(b)).result
 
     # ------------------------------------------------------------------ arguments
-    def rsrc(self, arg, name):
-        """The buffer resource of one argument (OOB-checked against the buffer's size)."""
-        if "int64_abi" in self.sw:
-            base = llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), C.raw(arg))
-            return rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), base, _c(0, T.i16),
-                                          _c(self.g.nbytes[name], T.i64), _c(_BUFFER_FLAGS))
-        # Descriptor ABI: the size comes from the tensor's layout block (kernarg loads).
-        bt = fx.rocdl.make_buffer_tensor(arg, max_size=False)
-        return fx.rocdl.get_buffer_rsrc(fx.get_iter(bt))
-
-    def global_base(self, arg):
-        """The output's base address as an i64."""
+    def addr(self, name):
+        """A buffer's base address as an i64 (int64_abi: the argument itself)."""
+        arg = self.args[name]
         if "int64_abi" in self.sw:
             return C.raw(arg)
         return C.raw(fx.ptrtoint(fx.get_iter(arg)))
 
-    def setup(self, args):
-        g = self.g
-        (inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids, num_valid_ids,
-         out, tokens) = args
-        self.tokens = C.raw(tokens)
-        tid = C.raw(fx.thread_idx.x)
-        pid = C.raw(fx.block_idx.x)
-        self.lane = self.rem(tid, 64)
-        self.wave = C.uniform(self.div(tid, 64))
-        self.i = self.rem(self.lane, 16)  # row of the A fragment / of the result
-        self.q = self.div(self.lane, 16)  # 32-element K block of the fragment; result columns 4q..4q+3
-        self.m_blk = self.div(pid, g.n_blocks)
-        self.n_blk = self.rem(pid, g.n_blocks)
-        self.r = {n: self.rsrc(a, n) for n, a in (
-            ("inter", inter), ("inter_scale", inter_scale), ("w2", w2), ("w2_scale", w2_scale),
-            ("sorted_ids", sorted_ids), ("sorted_weights", sorted_weights),
-            ("sorted_expert_ids", sorted_expert_ids), ("num_valid_ids", num_valid_ids))}
-        self.out = out
+    def lds_at(self, off):
+        """``!llvm.ptr<3>`` to LDS byte ``off`` (i32) of the kernel's block (a GEP from one base pointer,
+        so that constant parts fold into the ds_* offset fields)."""
+        return _gep(self._lds_ptr, off)
 
+    def ptr(self, name):
+        return llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), self.addr(name))
+
+    def rsrc(self, name):
+        """The buffer resource of one argument, sized by the shape (compile-time bytes)."""
+        return rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), self.ptr(name), _c(0, T.i16),
+                                      _c(self.g.nbytes[name], T.i64), _c(_BUFFER_FLAGS))
+
+    def load_global(self, name, byte_off, ty=None):
+        """One element of a global buffer through its pointer (``s_load`` when the offset is uniform)."""
+        ty = ty or T.i32
+        return llvm.LoadOp(ty, _gep(self.ptr(name), byte_off), alignment=4).result
+
+    def setup(self, args):
+        self.args = dict(zip(ARG_NAMES, args))
+        self.tokens = C.raw(self.args["tokens"])
+        self.tid = C.raw(fx.thread_idx.x)
+        self.pid = C.raw(fx.block_idx.x)
+        u = lambda op, a, b: op(_v(a), _v(b)).result  # noqa: E731 - lane math: thread ids are >= 0
+        self.lane = u(arith.RemUIOp, self.tid, 64)
+        self.wave = C.uniform(u(arith.DivUIOp, self.tid, 64))
+        self.l16 = u(arith.RemUIOp, self.lane, 16)
+        self.q = u(arith.DivUIOp, self.lane, 16)
+        self.rs = {n: self.rsrc(n) for n in ("inter", "inter_scale", "w2", "w2_scale")}
+        self._lds_ptr = C.lds_ptr(self.lds)
+
+    # ------------------------------------------------------------------ control flow
     def body(self):
-        """Early exit for blocks past the valid rows, then the K loop and the epilogue."""
         g = self.g
-        valid_rows = C.uniform(C.buffer_load(self.r["num_valid_ids"], _c(0), 1))
-        row0 = _mul(self.m_blk, g.BM)
-        inside = arith.CmpIOp(arith.CmpIPredicate.slt, row0, valid_rows).result
-        if_op = scf.IfOp(inside, has_else=False)
-        with ir.InsertionPoint(if_op.then_block):
-            self.row0 = row0
-            self.expert = C.uniform(C.buffer_load(self.r["sorted_expert_ids"], _mul(self.m_blk, 4), 1))
-            acc = self.k_loop()
-            self.out_base = self.global_base(self.out)
-            if g.atomic:
-                self.epilogue_atomic(acc)
+        if g.atomic:
+            # One-shot grid: the A tile's LDS DMA goes out before the valid-rows test (it depends on
+            # the block id only), so its latency hides the num_valid_ids load.
+            row0 = _mul(self.div(self.pid, g.n_blocks), g.BM)
+            if g.load_waves < N_WAVES:  # block_m 16: waves 0 and 1 hold the 16 rows
+                with _if(arith.CmpIOp(arith.CmpIPredicate.ult, self.wave, _c(g.load_waves)).result):
+                    self.issue_a(row0)
             else:
-                self.epilogue_rows(acc)
+                self.issue_a(row0)
+            rocdl.sched_barrier(0)
+            bound = self.bound()
+            with _if(arith.CmpIOp(arith.CmpIPredicate.slt, self.pid, bound).result):
+                self.run_tile(self.pid)
+            return
+        # Persistent grid (prefill): the first tile peeled, then grid-stride over the rest; tiles in
+        # the XCD-interleaved order.
+        bound = self.bound()
+        self.xq, self.xr = self.div(bound, N_XCD), self.rem(bound, N_XCD)
+        with _if(arith.CmpIOp(arith.CmpIPredicate.slt, self.pid, bound).result):
+            tile = self.xcd(self.pid, bound)
+            self.issue_a(_mul(self.div(tile, g.n_blocks), g.BM))
+            rocdl.sched_barrier(0)
+            self.run_tile(tile)
+        # The grid size from the dispatch's implicit kernel arguments (hidden_block_count_x at offset 0):
+        # what gpu.grid_dim reads, without the device library gpu.grid_dim would pull in.
+        implicit = llvm.call_intrinsic(ir.Type.parse("!llvm.ptr<4>"), "llvm.amdgcn.implicitarg.ptr", [], [], [])
+        grid = llvm.LoadOp(T.i32, implicit, alignment=4, invariant=True).result
+        idx = ir.IndexType.get()
+        cast = lambda v: arith.IndexCastUIOp(idx, v).result  # noqa: E731 - all >= 0
+        loop = scf.ForOp(cast(_add(self.pid, grid)), cast(bound), cast(grid), [])
+        with ir.InsertionPoint(loop.body):
+            tile_raw = arith.IndexCastUIOp(T.i32, loop.induction_variable).result
+            # The previous tile's LDS reads are done before this tile's DMA overwrites the slots.
+            rocdl.barrier()
+            tile = self.xcd(tile_raw, bound)
+            self.issue_a(_mul(self.div(tile, g.n_blocks), g.BM))
+            # The DMAs stay first (the K-loop fences count the loads issued after them).
+            rocdl.sched_barrier(0)
+            self.run_tile(tile)
             scf.YieldOp([])
 
-    # ------------------------------------------------------------------ loads (one K step)
-    def load_step(self, k):
-        """Issue every load of K step ``k`` (i32): [A frags], [A scale words], [B frags], [B scale words]."""
-        g = self.g
-        kpair = self.div(k, 2)  # 256-K scale column of this step
-        # A: row tile mt, lane row i, bytes 16q of the 64-byte K step.
-        a = []
-        for mt in range(g.MT):
-            row = _add(_add(self.row0, 16 * mt), self.i)
-            a.append(C.buffer_load(self.r["inter"], _add(_mul(row, g.KB), _mul(self.q, 16)), 4,
-                                   C.uniform(_mul(k, 64))))
-        # A scales: one word per 32-row group (a 16-row block shares its group with a neighbour).
-        sa = []
-        for p in range(max(1, g.MT // 2)):
-            r1 = self.div(_add(self.row0, 32 * p), 32)
-            sa.append(self._scale_word("inter_scale", r1, kpair))
-        # B: W2 rows e*H + 256 n_blk + 64 wave + 16 nt; the 1 KiB block of (16 rows, 128 K) at lane*16.
-        b = []
-        col0 = _add(_add(_mul(self.expert, g.H), _mul(self.n_blk, BLOCK_N)), _mul(self.wave, 64))
-        for nt in range(4):
-            n0 = self.div(_add(col0, 16 * nt), 16)
-            b.append(C.buffer_load(self.r["w2"], _add(_mul(_mul(n0, g.K0), 1024), _mul(self.lane, 16)), 4,
-                                   C.uniform(_mul(k, 1024))))
-        sb = []
-        for p in range(2):
-            r1 = self.div(_add(col0, 32 * p), 32)
-            sb.append(self._scale_word("w2_scale", r1, kpair))
-        return a, sa, b, sb
+    def bound(self):
+        """Tiles with rows to compute: (num_valid_ids[0] / block_m) row blocks x the column blocks."""
+        valid = self.load_global("num_valid_ids", _c(0))
+        return _mul(self.div(valid, self.g.BM), self.g.n_blocks)
 
-    def _scale_word(self, name, r1, kpair):
-        """The lane's preshuffled scale word of 32-row group ``r1`` and 256-K column ``kpair``:
-        dword ``(r1 * K/256 + kpair) * 64 + lane`` (``formats.shuffle_scales``)."""
-        word = _add(_mul(_add(_mul(r1, self.g.K1), kpair), 64), self.lane)
-        return C.buffer_load(self.r[name], _mul(word, 4), 1)
+    def xcd(self, pid, bound):
+        """Workgroup ``pid`` -> tile: consecutive ids go to different XCDs (8 on MI355X), each XCD gets a
+        contiguous run of tiles (a bijection on [0, bound))."""
+        xq, xr = self.xq, self.xr  # bound / 8, bound % 8: once per kernel
+        xc = self.rem(pid, N_XCD)
+        return _add(_add(_mul(xc, xq), arith.MinSIOp(xc, xr).result), self.div(pid, N_XCD))
 
-    def n_loads(self):
-        """Vector-memory instructions :meth:`load_step` issues."""
+    # ------------------------------------------------------------------ A: global -> LDS
+    def issue_a(self, row0):
+        """LDS DMA of the block's A rows, every K tile: wave w loads rows ``rows_per_wave*w ..``, 8 rows
+        (1 KiB) per ``buffer_load_dwordx4 ... lds``; lane l -> LDS ``m0 + 16 l`` (row l/8, 16-byte chunk
+        l%8), fetching the row's chunk ``(l%8) ^ ((row>>1)&7)`` (the XOR swizzle ds_read undoes)."""
         g = self.g
-        return g.MT + max(1, g.MT // 2) + 4 + 2
+        l8, chunk = _shr(self.lane, 3), _and(self.lane, 7)
+        for kt in range(g.KT):
+            for sub in range(g.subs):
+                lds_row = _add(_mul(self.wave, g.rows_per_wave), 8 * sub)
+                r = _add(lds_row, l8)
+                voff = _add(arith.XOrIOp(_mul(chunk, 16), _swz(r)).result, _mul(_add(row0, r), g.KB))
+                m0 = _add(_add(self.lds, kt * g.slot), _mul(lds_row, 128))
+                C.lds_dma_dwordx4(self.rs["inter"], m0, voff, _c(kt * 128))
 
-    # ------------------------------------------------------------------ MFMA (one K step)
-    def mfmas(self, k, frags, acc):
+    def read_a(self, kt):
+        """``ds_read_b128`` of K tile ``kt``: a[i][h] = row 16i + l%16, bytes 64h + 16(l/16) (swizzled)."""
         g = self.g
-        a, sa, b, sb = frags
-        kp = self.rem(k, 2)  # which 128-K half of the scale word
-        # Byte 2*kp + np of each scale word, shifted down to byte 0 (op_sel 0).
-        a_sel = []
-        for mt in range(g.MT):
-            if g.MT == 1:
-                np_ = self.rem(self.div(self.row0, 16), 2)
-            else:
-                np_ = _c(mt % 2)
-            a_sel.append(_shr(sa[mt // 2 if g.MT > 1 else 0], _mul(_add(_mul(kp, 2), np_), 8)))
-        b_sel = [_shr(sb[nt // 2], _mul(_add(_mul(kp, 2), nt % 2), 8)) for nt in range(4)]
-        out = list(acc)
-        for mt in range(g.MT):
-            for nt in range(4):
-                idx = mt * 4 + nt
-                # Swapped operands: W2 is src0, so lane l gets y[row l%16, cols 4(l//16)..+3].
-                out[idx] = C.mfma_scale_fp4(b[nt], a[mt], out[idx], b_sel[nt], a_sel[mt])
+        mask = _swz(self.l16)
+        out = []
+        for i in range(g.MC):
+            row = []
+            for h in range(2):
+                col = arith.XOrIOp(_add(_mul(self.q, 16), 64 * h), mask).result
+                off = _add(_mul(self.l16, 128), col)
+                row.append(llvm.LoadOp(C.vec_type(4), self.lds_at(_add(off, kt * g.slot + i * 16 * 128)),
+                                       alignment=16).result)
+            out.append(row)
         return out
 
-    # ------------------------------------------------------------------ K loop
-    def k_loop(self):
-        """Prologue loads step 0; iteration k issues step k+1 (the last re-issues itself), waits
-        for step k and runs its MFMAs.  State: accumulators + step k's fragments."""
+    # ------------------------------------------------------------------ B and scales: global -> VGPR
+    def load_operands(self, m_blk, n_blk, expert, row0):
+        """Every scale word and W2 fragment of the tile, all K tiles, in the seed's order: A scales, B
+        scales, B.  Scalar parts (row bases) go to soffset, the lane part and K offsets to voffset."""
         g = self.g
-        frags = self.load_step(_c(0))
-        acc = [C.zeros_f32x4() for _ in range(g.MT * 4)]
-        init = acc + _flat(frags)
-        lb = arith.ConstantOp(ir.IndexType.get(), ir.IntegerAttr.get(ir.IndexType.get(), 0)).result
-        ub = arith.ConstantOp(ir.IndexType.get(), ir.IntegerAttr.get(ir.IndexType.get(), g.KI)).result
-        one = arith.ConstantOp(ir.IndexType.get(), ir.IntegerAttr.get(ir.IndexType.get(), 1)).result
-        loop = scf.ForOp(lb, ub, one, [C.raw(v) for v in init])
-        # Keep the K loop a loop (LLVM would fully unroll a 2..4-trip loop): the hot-loop
-        # metrics of the ablation need a loop body to read.
-        loop.operation.attributes["loop_annotation"] = ir.Attribute.parse(
-            "#llvm.loop_annotation<unroll = <disable = true>>")
-        with ir.InsertionPoint(loop.body):
-            k = arith.IndexCastOp(T.i32, loop.induction_variable).result
-            state = list(loop.inner_iter_args)
-            acc_k, cur = state[: len(acc)], _unflat(state[len(acc):], frags)
-            nxt_k = arith.MinSIOp(_add(k, 1), _c(g.KI - 1)).result
-            nxt = self.load_step(nxt_k)
-            if "backend_waitcnt" not in self.sw:
-                # Step k's loads were issued before the n_loads() just issued: wait for them by hand.
-                _asm(None, [], f"s_waitcnt vmcnt({self.n_loads()})", "")
-            acc_k = self.mfmas(k, cur, acc_k)
-            scf.YieldOp([C.raw(v) for v in acc_k + _flat(nxt)])
-        return list(loop.results)[: len(acc)]
+        col0 = _add(_add(_mul(expert, g.H), _mul(n_blk, BLOCK_N)), _mul(self.wave, 64))
+        vs = _mul(self.lane, 4)
+        vb = _mul(self.lane, 16)
+        if g.MC == 1:
+            a_s = [C.uniform(_mul(self.div(row0, 32), g.K1 * 256))]
+        else:
+            a_s = [C.uniform(_mul(_add(self.div(row0, 32), p), g.K1 * 256)) for p in range(g.MC // 2)]
+        b_ss = [C.uniform(_mul(_add(self.div(col0, 32), mw), g.K1 * 256)) for mw in range(2)]
+        b_s = [C.uniform(_mul(_add(col0, 16 * j), g.KB)) for j in range(4)]
+        sa = [[_load(self.rs["inter_scale"], _add(vs, kt * 256), 1, s) for s in a_s] for kt in range(g.KT)]
+        sb = [[_load(self.rs["w2_scale"], _add(vs, kt * 256), 1, s) for s in b_ss] for kt in range(g.KT)]
+        rocdl.sched_barrier(0)  # scales first, then W2 (the seed's issue order)
+        aux = 2 if g.atomic else 0  # decode streams W2 once: non-temporal loads (the seed's kUseNT)
+        b = [[[_load(self.rs["w2"], _add(vb, kt * 2048 + h * 1024), 4, b_s[j], aux) for h in range(2)]
+              for j in range(4)] for kt in range(g.KT)]
+        if g.MC == 1:
+            # A 16-row block shares its 32-row scale group: shift its byte pair down (np = m_blk % 2).
+            sh = _mul(_and(m_blk, 1), 8)
+            sa = [[_shr(w, sh) for w in ws] for ws in sa]
+        return sa, sb, b
+
+    def vm_after_dma(self, kt):
+        """Vector-memory instructions a loading wave issues after K tile ``kt``'s last DMA."""
+        g = self.g
+        return (g.KT - 1 - kt) * g.subs + g.KT * (len(self._sa_words()) + 2 + 8)
+
+    def _sa_words(self):
+        return [0] if self.g.MC == 1 else list(range(self.g.MC // 2))
+
+    def fence(self, kt):
+        """Before K tile ``kt``'s ds_read: every wave's DMA of the tile has landed."""
+        g = self.g
+        if g.atomic:
+            # The seed's atomic path: a hand-counted wait for this tile's DMA + a bare s_barrier (both PR sides).
+            _asm(None, [], f"s_waitcnt vmcnt({self.vm_after_dma(kt)})", "")
+            _asm(None, [], "s_barrier", "")
+        elif "backend_waitcnt" in self.sw:
+            # A plain barrier: LLVM inserts the DMA -> ds_read vmcnt wait itself.
+            rocdl.barrier()
+        else:
+            # The seed's hand-tuned fence: vmcnt(16) lgkmcnt(0) (capped to what our issue order allows)
+            # + a bare s_barrier, both inline asm (LLVM cannot see into them).
+            _asm(None, [], f"s_waitcnt vmcnt({min(HAND_VMCNT, self.vm_after_dma(kt))}) lgkmcnt(0)", "")
+            _asm(None, [], "s_barrier", "")
+
+    # ------------------------------------------------------------------ one tile
+    def run_tile(self, tile):
+        g = self.g
+        m_blk = self.div(tile, g.n_blocks)
+        n_blk = _sub(tile, _mul(m_blk, g.n_blocks)) if self.unsigned else self.rem(tile, g.n_blocks)
+        expert = C.uniform(self.load_global("sorted_expert_ids", _mul(m_blk, 4)))
+        row0 = _mul(m_blk, g.BM)
+        sa, sb, b = self.load_operands(m_blk, n_blk, expert, row0)
+        acc = [[None] * 4 for _ in range(g.MC)]
+        for kt in range(g.KT):
+            self.fence(kt)
+            a = self.read_a(kt)
+            for j in range(4):
+                for p in range(max(1, g.MC // 2)):
+                    for h in range(2):
+                        for i in (2 * p, 2 * p + 1)[: min(2, g.MC)]:
+                            prev = acc[i][j] if (kt or h) else C.zeros_f32x4()
+                            # A (h rows) is src0, W2 src1: lane l gets y[rows 16i + 4(l/16) + v, col 16j + l%16].
+                            # Scale bytes: 2*(128-K half) + 16-row half of the 32-row group.
+                            acc[i][j] = C.mfma_scale_fp4(a[i][h], b[kt][j][h], prev, sa[kt][p], sb[kt][j // 2],
+                                                         opsel_a=2 * h + (i % 2 if g.MC > 1 else 0),
+                                                         opsel_b=2 * h + j % 2)
+        if g.atomic:
+            self.epilogue_atomic(acc, row0, n_blk)
+        else:
+            self.epilogue_rows(acc, row0, n_blk)
 
     # ------------------------------------------------------------------ epilogues
-    def _col(self, nt, extra=0):
-        """Hidden column of the lane's first value in column tile ``nt`` (+ ``extra``)."""
-        return _add(_add(_add(_mul(self.n_blk, BLOCK_N), _mul(self.wave, 64)), 16 * nt + extra), _mul(self.q, 4))
+    def epilogue_rows(self, acc, row0, n_blk):
+        """Prefill: flat_out[row, col] = bf16(y), one 2-byte store per element, every row of the block.
 
-    def _addresses(self, rows, cols):
-        """``out + (rows[a] * H + col_b) * 2`` for every (a, b), as ``!llvm.ptr<1>``.
-
-        ``rows[a]`` must be ``rows[0] + 16 a``; ``cols[b]`` is a pair ``(col_b, d_b)`` with
-        ``col_b - col_0 = d_b - d_0`` a compile-time constant.  Without epilogue_strength_reduction each
-        address is computed from scratch - a 64-bit ``row * H`` multiply-add per element; with it
-        the lane's base address is computed once and every element adds a constant.
-        """
+        Without epilogue_strength_reduction every element's byte offset is ``(i64(row) * H + col) * 2``
+        (a 64-bit multiply per row); with it the lane's base is computed once and each element adds the
+        compile-time ``((16 i + v) * H + 16 j) * 2``."""
         g, i64 = self.g, T.i64
-        ptr = ir.Type.parse("!llvm.ptr<1>")
-
-        def addr(row, col):
-            elem = arith.AddIOp(arith.MulIOp(arith.ExtUIOp(i64, _v(row)).result, _c(g.H, i64)).result,
-                                arith.ExtUIOp(i64, _v(col)).result).result
-            return arith.AddIOp(self.out_base, arith.MulIOp(elem, _c(2, i64)).result).result
-
-        if "epilogue_strength_reduction" not in self.sw:
-            return [[llvm.inttoptr(ptr, addr(r, c)) for c, _ in cols] for r in rows]
-        lane = addr(rows[0], cols[0][0])
-        d0 = cols[0][1]
-        return [[llvm.inttoptr(ptr, arith.AddIOp(lane, _c(2 * (16 * a * g.H + d - d0), i64)).result) for _, d in cols]
-                for a in range(len(rows))]
-
-    def epilogue_rows(self, acc):
-        """Prefill: four bf16 (8 bytes) of the lane's row per tile, unweighted, every row of the block."""
-        g = self.g
-        rows = [_add(_add(self.row0, 16 * mt), self.i) for mt in range(g.MT)]
-        addrs = self._addresses(rows, [(self._col(nt), 16 * nt) for nt in range(4)])
-        for mt in range(g.MT):
-            for nt in range(4):
-                bf = arith.TruncFOp(C.vec_type(4, T.bf16), C.raw(acc[mt * 4 + nt])).result
-                words = llvm.BitcastOp(C.vec_type(2, T.i32), bf).result
-                llvm.StoreOp(words, addrs[mt][nt], alignment=8)
-
-    def epilogue_atomic(self, acc):
-        """Decode: out[token] += bf16(w * y) as two packed-bf16 atomics per tile; padding rows skip."""
-        g = self.g
-        row = _add(self.row0, self.i)
-        sid = C.buffer_load(self.r["sorted_ids"], _mul(row, 4), 1)
-        w = llvm.BitcastOp(T.f32, C.buffer_load(self.r["sorted_weights"], _mul(row, 4), 1)).result
-        token = _and(sid, 0xFFFFFF)
-        real = arith.CmpIOp(arith.CmpIPredicate.ult, token, self.tokens).result
-        if_op = scf.IfOp(real, has_else=False)
-        with ir.InsertionPoint(if_op.then_block):
-            cols = [(self._col(nt, 2 * half), 16 * nt + 2 * half) for nt in range(4) for half in range(2)]
-            (addrs,) = self._addresses([token], cols)
-            wv = llvm.mlir_undef(C.vec_type(4, T.f32))
+        base = self.ptr("out")
+        col = _add(_add(_mul(n_blk, BLOCK_N), _mul(self.wave, 64)), self.l16)
+        row_l = _add(row0, _mul(self.q, 4))
+        # Without the switch, the seed's per-element fx.Int64(i32) (a sign extension); the hoisted lane base
+        # is one zero-extended product (every index is >= 0).
+        esr = "epilogue_strength_reduction" in self.sw
+        ext = lambda v: (arith.ExtUIOp if esr else arith.ExtSIOp)(i64, _v(v)).result  # noqa: E731
+        lane_off = None
+        if esr:
+            lane_off = arith.MulIOp(arith.AddIOp(arith.MulIOp(ext(row_l), _c(g.H, i64)).result, ext(col)).result,
+                                    _c(2, i64)).result
+        for i in range(g.MC):
             for j in range(4):
-                wv = llvm.insertelement(wv, w, _c(j))
-            for nt in range(4):
-                y = arith.MulFOp(C.raw(acc[nt]), wv).result
-                bf = arith.TruncFOp(C.vec_type(4, T.bf16), y).result
-                for half in range(2):
-                    pair = llvm.shufflevector(C.vec_type(2, T.bf16), bf, bf, [2 * half, 2 * half + 1])
-                    llvm.AtomicRMWOp(llvm.AtomicBinOp.fadd, addrs[2 * nt + half], pair,
+                for v in range(4):
+                    if lane_off is not None:
+                        off = arith.AddIOp(lane_off, _c(((16 * i + v) * g.H + 16 * j) * 2, i64)).result
+                    else:
+                        row = _add(row_l, 16 * i + v)
+                        elem = arith.AddIOp(arith.MulIOp(ext(row), _c(g.H, i64)).result,
+                                            ext(_add(col, 16 * j))).result
+                        off = arith.MulIOp(elem, _c(2, i64)).result
+                    y = llvm.extractelement(C.raw(acc[i][j]), _c(v))
+                    llvm.StoreOp(arith.TruncFOp(T.bf16, y).result, _gep(base, off), alignment=2)
+
+    def epilogue_atomic(self, acc, row0, n_blk):
+        """Decode: the tile goes through LDS (f32, row-major 16 x 256) so that thread t holds two
+        adjacent columns of row ``t/32``; then ``out[token] += bf16(w * y)`` as packed-bf16 atomics,
+        padding rows (token >= M) skipped."""
+        g = self.g
+        u = lambda op, a, b: op(_v(a), _v(b)).result  # noqa: E731
+        m_lane, n_lane = u(arith.DivUIOp, self.tid, 32), u(arith.RemUIOp, self.tid, 32)
+        col2 = _mul(n_lane, 2)
+        reps = g.BM // 8
+        sid, wt = [], []
+        for mr in range(reps):  # prefetched before the LDS round trip
+            pos4 = _mul(_add(_add(row0, 8 * mr), m_lane), 4)
+            sid.append(self.load_global("sorted_ids", pos4))
+            wt.append(self.load_global("sorted_weights", pos4, T.f32))
+        rocdl.barrier()  # every wave is done reading the A tiles (the LDS is reused)
+        for i in range(g.MC):
+            for j in range(4):
+                for v in range(4):
+                    idx = _add(_mul(_add(_mul(self.q, 4), 16 * i + v), BLOCK_N),
+                               _add(_mul(self.wave, 64), _add(self.l16, 16 * j)))
+                    y = llvm.extractelement(C.raw(acc[i][j]), _c(v))
+                    llvm.StoreOp(y, self.lds_at(_mul(idx, 4)), alignment=4)
+        rocdl.barrier()
+        out = self.ptr("out")
+        v2f = C.vec_type(2, T.f32)
+        for mr in range(reps):
+            token = _and(sid[mr], 0xFFFFFF)
+            with _if(arith.CmpIOp(arith.CmpIPredicate.slt, token, self.tokens).result):
+                row_off = _add(_add(_mul(token, g.H), _mul(n_blk, BLOCK_N)), col2)
+                wv = llvm.insertelement(llvm.insertelement(llvm.mlir_undef(v2f), wt[mr], _c(0)), wt[mr], _c(1))
+                for s in range(4):
+                    idx = _add(_mul(_add(m_lane, 8 * mr), BLOCK_N), _add(col2, 64 * s))
+                    y = llvm.LoadOp(v2f, self.lds_at(_mul(idx, 4)), alignment=8).result
+                    pk = arith.TruncFOp(C.vec_type(2, T.bf16), arith.MulFOp(y, wv).result).result
+                    llvm.AtomicRMWOp(llvm.AtomicBinOp.fadd, _gep(out, _mul(_add(row_off, 64 * s), 2)), pk,
                                      llvm.AtomicOrdering.monotonic, syncscope="agent", alignment=4)
+
+
+class _if:
+    """``with _if(cond):`` -- an scf.if without results (its block closes with the yield)."""
+
+    def __init__(self, cond):
+        self.op = scf.IfOp(cond, has_else=False)
+
+    def __enter__(self):
+        self.ip = ir.InsertionPoint(self.op.then_block)
+        self.ip.__enter__()
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
             scf.YieldOp([])
+        self.ip.__exit__(*exc)
 
 
-def _flat(frags):
-    return [v for group in frags for v in group]
+def _swz(row):
+    """The A tile's XOR swizzle of 16-byte chunks for LDS row ``row``: ``(row & 14) << 3``."""
+    return arith.ShLIOp(_and(row, 14), _c(3)).result
 
 
-def _unflat(values, like):
-    out, n = [], 0
-    for group in like:
-        out.append(values[n:n + len(group)])
-        n += len(group)
-    return out
+def _load(rsrc, voffset, n_dwords, soffset, aux=0):
+    ty = T.i32 if n_dwords == 1 else C.vec_type(n_dwords)
+    return rocdl.raw_ptr_buffer_load(ty, C.raw(rsrc), _v(voffset), _v(soffset), aux=aux)
+
+
+def _gep(base, off):
+    """``getelementptr i8, base, off`` (off i32 or i64)."""
+    return llvm.GEPOp(base.type, base, [off], [-(2 ** 31)], T.i8, None).result
+
+
+def _sub(a, b):
+    return arith.SubIOp(_v(a), _v(b)).result
 
 
 def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None, **switches):
@@ -484,6 +638,15 @@ def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
     _load_flydsl()
     attrs = {"rocdl.flat_work_group_size": "256,256"}
 
+    # (built by hand: this module's annotations are strings, and the size is the shape's)
+    Shared = fx.struct(type("Shared", (), {"__annotations__": {"buf": fx.Array[fx.Int8, g.lds_bytes, 16]}}))
+
+    def emit(args):
+        lds = fx.SharedAllocator().allocate(Shared).peek()
+        em = _Emitter(g, sw, C.raw(fx.Int32(C.uniform(C.lds_addr(lds.buf)))))
+        em.setup(args)
+        em.body()
+
     if "int64_abi" in sw:
 
         @flyc.kernel
@@ -492,10 +655,8 @@ def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
             sorted_weights: fx.Int64, sorted_expert_ids: fx.Int64, num_valid_ids: fx.Int64, out: fx.Int64,
             tokens: fx.Int32,
         ):
-            em = _Emitter(g, sw)
-            em.setup((inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids,
-                      num_valid_ids, out, tokens))
-            em.body()
+            emit((inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids, num_valid_ids,
+                  out, tokens))
 
         @flyc.jit
         def launch(
@@ -515,10 +676,8 @@ def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
             sorted_weights: fx.Tensor, sorted_expert_ids: fx.Tensor, num_valid_ids: fx.Tensor, out: fx.Tensor,
             tokens: fx.Int32,
         ):
-            em = _Emitter(g, sw)
-            em.setup((inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids,
-                      num_valid_ids, out, tokens))
-            em.body()
+            emit((inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids, num_valid_ids,
+                  out, tokens))
 
         @flyc.jit
         def launch(
@@ -531,6 +690,7 @@ def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
                 grid=(g.grid, 1, 1), block=(N_WAVES * 64, 1, 1), stream=stream)
 
     return launch
+
 
 
 # ============================================================================ host side
@@ -621,18 +781,25 @@ def _check_inputs(inputs: dict):
         raise ValueError(f"MoE gemm2 inputs lack {', '.join(missing)}; build them with make_inputs().")
 
 
+def _flat_view(value):
+    """A tensor as the kernel sees it: 1-D, sharing the tensor's memory (every size the kernel needs is a
+    compile-time constant, so a tensor argument's layout block holds one i32 -- as in the seed's kernel --
+    instead of a 2-D tensor's dims and stride); ints pass through."""
+    return value if isinstance(value, int) else value.view(-1)
+
+
 def kernel_args(inputs: dict, **switches) -> list:
     """The emulator's kernarg list in the metadata ``.args`` order.
 
     ``switches`` are a variant's switches as keywords (``int64_abi=True``; only that one
     changes the list).  Descriptor ABI (default): each buffer is a ``global_buffer`` entry plus
-    its layout block, ``tokens`` an i32 (see ``common.kernarg_entries``).  With ``int64_abi``
+    its layout block (every tensor passed 1-D: one i32), ``tokens`` an i32 (see ``common.kernarg_entries``).  With ``int64_abi``
     each buffer is one 8-byte entry: kind ``global_buffer`` (the emulator maps the tensor and
     writes its address there; the metadata calls it an 8-byte ``by_value``), ``tokens`` an i32.
     """
     _check_inputs(inputs)
     sw = _fam().switch_kwargs(switches)
-    spec = [(n, inputs[n]) for n in ARG_NAMES]
+    spec = [(n, _flat_view(inputs[n])) for n in ARG_NAMES]
     if "int64_abi" not in sw:
         _load_flydsl()
         return C.kernarg_entries(spec)
@@ -655,7 +822,7 @@ def device_args(inputs: dict, **switches) -> tuple:
     sw = _fam().switch_kwargs(switches)
     if "int64_abi" in sw:
         return tuple(v if isinstance(v, int) else int(v.data_ptr()) for v in (inputs[n] for n in ARG_NAMES))
-    return tuple(inputs[n] for n in ARG_NAMES)
+    return tuple(_flat_view(inputs[n]) for n in ARG_NAMES)
 
 
 def flops(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None) -> float:
@@ -689,7 +856,7 @@ def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int,
     if switches.get("int64_abi"):
         args = tuple(0 if n != "tokens" else g.M for n in ARG_NAMES)
     else:
-        args = tuple(bufs[n] for n in ARG_NAMES)
+        args = tuple(_flat_view(bufs[n]) for n in ARG_NAMES)
     return launcher, args
 
 
