@@ -77,6 +77,8 @@ class Expect:
     ``direction``: ``up`` / ``down`` (strictly), ``zero`` (falls to 0: the switch-on value is 0 and
     the switch-off value is not) or ``same`` (unchanged). ``seed_before`` / ``seed_after``: the seed's own numbers, where it gives them (quoted,
     for the seed's kernel, not ours). ``note``: what the number means or why ours differs.
+    ``regimes``: the regimes the switch acts in (empty: all); in any other regime the switch leaves the
+    kernel as it was, so the metric is expected to stay the ``same`` there (see :meth:`direction_in`).
     """
 
     metric: str
@@ -84,11 +86,18 @@ class Expect:
     seed_before: float | None = None
     seed_after: float | None = None
     note: str = ""
+    regimes: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
             raise ValueError(f"Expect({self.metric!r}): direction must be one of {', '.join(DIRECTIONS)}, "
                              f"got {self.direction!r}")
+
+    def direction_in(self, regime: str | None) -> str:
+        """The expected direction in ``regime`` (None: a family without regimes)."""
+        if not self.regimes or regime is None or regime in self.regimes:
+            return self.direction
+        return "same"
 
     def holds(self, before: float | None, after: float | None) -> bool:
         """Did the metric move this way from ``before`` (switch off) to ``after`` (switch on)?
@@ -108,7 +117,8 @@ class Expect:
         seed = ""
         if self.seed_before is not None or self.seed_after is not None:
             seed = f" (seed: {_num(self.seed_before)} -> {_num(self.seed_after)})"
-        return f"`{self.metric}` {self.direction}{seed}"
+        where = f" ({', '.join(self.regimes)} only)" if self.regimes else ""
+        return f"`{self.metric}` {self.direction}{where}{seed}"
 
 
 def _num(v) -> str:

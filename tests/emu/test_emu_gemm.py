@@ -122,7 +122,7 @@ def test_our_moe_gemm1_writes_the_reference_fp4_and_scales():
     shape = dict(tokens=32, experts=4, hidden=256, inter=256, topk=2)
     art = toolchain.compile("mxfp4_ablation.kernels.moe_gemm1:compile_entry", shape)
     inp = m1.make_inputs(**shape, seed=1)
-    grid = (inp["sorting"].max_sorted // inp["block_m"], shape["inter"] // m1.BLOCK_N, 1)
+    grid, _ = m1.launch_config(**shape)
     res = gfx950emu.launch(gfx950emu.load(art.isa), grid, 64 * m1.N_WAVES, m1.kernel_args(inp), hazards="report")
     assert res.hazards == []
     want = m1.reference(inp)

@@ -64,7 +64,7 @@ class Spec:
     regimes: tuple  # of Regime
     shape_text: Callable[[Sequence[int]], str]
     check_shape: Callable[[str | None, tuple], None]  # raise StudyError for a bad shape in a regime
-    expectations: Any  # family -> switch -> ((metric, direction), ...), or a callable (family, switch) -> same
+    expectations: Any  # family -> switch -> ((metric, direction), ...), or a callable (family, switch, regime) -> same
     key_metrics: tuple  # (metric, label) the ladder figure and README table show
     study_metrics: Callable[[Any], dict]  # ISA -> metric dict
     gate: Callable[[pd.DataFrame, "Study"], tuple]  # the ran checks of one variant -> (coverage, status)
@@ -295,11 +295,12 @@ class Study:
                              f"(known: {', '.join(docs)})")
         return docs[switch]
 
-    def expected(self, family: str, switch: str | None) -> tuple:
+    def expected(self, family: str, switch: str | None, regime: str | None = None) -> tuple:
+        """``((metric, direction), ...)`` the switch should cause (in ``regime``, for a regimed study)."""
         if not switch:
             return ()
         exp = self.spec.expectations
-        return tuple(exp(family, switch) if callable(exp) else exp.get(family, {}).get(switch, ()))
+        return tuple(exp(family, switch, regime) if callable(exp) else exp.get(family, {}).get(switch, ()))
 
     def intro_markdown(self, variant: str, baseline: str | None = None) -> str:
         """The step's prose for its notebook, rendered from the switch record (the seed's words)."""
@@ -318,10 +319,17 @@ class Study:
         module = _kernel_module(v.family).rsplit(".", 1)[-1]
         lines += ["", f"*(Quoted from the `{switch}` docstring in `src/mxfp4_ablation/kernels/{module}.py`, which "
                   f"cites {self.spec.seed}.)*"]
-        exp = self.expected(v.family, switch)
-        if exp:
-            where = ", in every regime" if self.regimed else ""
-            lines += ["", f"Checked below on the ISA{where}: " + ", ".join(f"`{m}` {d}" for m, d in exp) + "."]
+        per = {r: self.expected(v.family, switch, r) for r in self.regime_names}
+        if any(per.values()):
+            def listed(exp):
+                return ", ".join(f"`{m}` {d}" for m, d in exp)
+
+            if len(set(per.values())) == 1:
+                where = ", in every regime" if self.regimed else ""
+                lines += ["", f"Checked below on the ISA{where}: {listed(next(iter(per.values())))}."]
+            else:
+                lines += ["", "Checked below on the ISA: " + "; ".join(f"at {r}, {listed(e)}" for r, e in per.items())
+                          + " (`same`: the switch does not act in that regime, as in the seed)."]
         return "\n".join(lines)
 
     # ================================================================ shapes
@@ -426,7 +434,7 @@ class Study:
                     continue
                 switch = self.step_switch(name)
                 off, on = (v.predecessor, name) if v.kind == "ladder" else (name, v.predecessor)
-                for metric, direction in self.expected(v.family, switch):
+                for metric, direction in self.expected(v.family, switch, regime):
                     before, after = (float(wide.at[n, metric]) if metric in wide.columns else math.nan
                                      for n in (off, on))
                     row = {"regime": regime, "comparison": v.kind, "variant": name, "baseline": v.predecessor,
@@ -700,12 +708,13 @@ def fidelity_section(study: "Study") -> tuple:
     return fid.fidelity_table(seeds), ""
 
 
-def switch_expectations(family: str, switch: str) -> tuple:
-    """``((metric, direction), ...)`` from the switch's :class:`mxfp4_ablation.family.Switch` record."""
+def switch_expectations(family: str, switch: str, regime: str | None = None) -> tuple:
+    """``((metric, direction), ...)`` from the switch's :class:`mxfp4_ablation.family.Switch` record; in a
+    regime the switch does not act in (``Expect.regimes``) the direction is ``same``."""
     from .. import family as families
 
     record = families.get(family).switches.get(switch)
-    return tuple((e.metric, e.direction) for e in record.expects) if record is not None else ()
+    return tuple((e.metric, e.direction_in(regime)) for e in record.expects) if record is not None else ()
 
 
 def expectations_of(family: str) -> dict:
