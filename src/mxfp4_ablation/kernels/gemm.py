@@ -160,7 +160,7 @@ SWITCHES = _family.switch_table(
         metric="loop_s_waitcnt_per_4k 66 -> 8 at 8192^3 (seed: 68 -> 8; FlyDSL daee90e4 34 per 2 K steps, "
         "ours 33); no ds_read run outside the MFMA stream before or after (longest run of loads without an "
         "MFMA: 1, as upstream after). Modelled at 8192^3 (gfx950emu.timing 0.1.0): 4891 -> 4884 TFLOPS "
-        "(-0.1 %, hot loop 16.5 -> 16.5 cycles per MFMA; before this interleave, with the loads in runs "
+        "(-0.1 %, hot loop 16.45 -> 16.42 cycles per MFMA; before this interleave, with the loads in runs "
         "in front of the MFMAs: 3107 -> 2880, -7.3 %); the modelled step is flat because the waits it "
         "removes hide behind the MFMAs already.",
         expects=(Expect("loop_s_waitcnt_per_4k", "down", seed_before=68, seed_after=8,
@@ -899,8 +899,10 @@ class _Steps(_Emitter):
                 _asm(None, [m0, voff, rsrc, cache[key]],
                      "s_mov_b32 m0, $0\n\tbuffer_load_dwordx4 $1, $2, $3 offen lds", "s,v,s,s,~{m0}")
             else:  # the 4 instructions of a half are 4 x 1 KiB apart in LDS
-                _asm(None, [voff, rsrc, cache[key]], "s_add_u32 m0, m0, 4096\n\tbuffer_load_dwordx4 $0, $1, $2 offen lds",
-                     "v,s,s,~{m0},~{scc}")
+                # s_add_u32 writes SCC: without the clobber the compiler keeps the loop counter's carry
+                # in SCC across it (s_add_u32 ... s_addc_u32 around an interleaved DMA) and the loop exits.
+                _asm(None, [voff, rsrc, cache[key]],
+                     "s_add_u32 m0, m0, 4096\n\tbuffer_load_dwordx4 $0, $1, $2 offen lds", "v,s,s,~{m0},~{scc}")
             return
         stage = self.lds + parity * STAGE
         if is_a:
