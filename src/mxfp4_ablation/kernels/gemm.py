@@ -127,8 +127,10 @@ SWITCHES = _family.switch_table(
         "before this switch (FlyDSL's kernel before PR #990 passes it so too).",
         metric="s_mov_b32 m0 per K step 16 -> 4, s_add_u32 m0 0 -> 12, v_readfirstlane one per load -> none in "
         "the loop (program: 67 -> 3 at 8192^3, upstream before: 67); the hot loop 526 -> 468 instructions "
-        "at 8192^3 (2 K steps). The compiler no longer sees the DMA, so the hand-placed waits alone order it "
-        "(loop_s_waitcnt 33 -> 33).",
+        "at 8192^3 (2 K steps). Side effect: the compiler no longer sees the DMA, so its own waits for the VGPR "
+        "scale loads count only those (vmcnt(3) .. vmcnt(0) before their first use) and drain the LDS-DMAs "
+        "in flight (loop_s_waitcnt 33 -> 33, but modelled at 8192^3 4850 -> 4116 TFLOPS, 16.7 -> 20.4 cycles "
+        "per hot-loop MFMA; scale_prefetch removes those loads: 4891).",
         expects=(Expect("loop_s_mov_b32_m0", "down", note="per K step 16 -> 4 in our kernel"),
                  Expect("loop_v_readfirstlane", "down", note="one per LDS-DMA load -> 0"),
                  Expect("loop_s_add_u32_m0", "up", note="per K step 0 -> 12 in our kernel")),
