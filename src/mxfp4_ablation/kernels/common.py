@@ -206,3 +206,40 @@ def metadata_args(isa_text: str) -> list:
             key, _, value = text[1:].partition(":")
             args[-1][key.strip()] = value.strip()
     return [{"offset": int(a["offset"]), "size": int(a["size"]), "value_kind": a["value_kind"]} for a in args]
+
+
+# --------------------------------------------------------------------------- LDS alias scopes
+#
+# The compiler waits vmcnt before every ds_read that may read what an LDS-DMA still in flight
+# writes; without alias information that is every LDS-DMA issued so far (a vmcnt(0) before a
+# ds_read that follows one).  Tagging each DMA and each ds_read with the scope of the LDS buffer it
+# touches (and "no alias" with every other buffer's) lets it wait only for DMAs into the same buffer.
+
+
+def lds_alias_scopes(domain: str, names) -> dict:
+    """One ``#llvm.alias_scope`` per LDS buffer name, all in one domain: ``{name: attribute}``."""
+    dom = f'#llvm.alias_scope_domain<id = "{domain}">'
+    return {n: ir.Attribute.parse(f'#llvm.alias_scope<id = "{domain}.{n}", domain = {dom}>') for n in names}
+
+
+def tag_lds_alias(op, scopes: dict, name):
+    """Mark ``op`` (an LDS access) as touching buffer ``name`` only: alias scope ``name``, no alias
+    with every other scope in ``scopes``."""
+    op = getattr(op, "operation", op)
+    op.attributes["alias_scopes"] = ir.ArrayAttr.get([scopes[name]])
+    op.attributes["noalias_scopes"] = ir.ArrayAttr.get([s for n, s in scopes.items() if n != name])
+    return op
+
+
+def lds_dma_dwordx4_scoped(rsrc, lds_base, voffset, scopes: dict, name, soffset=0):
+    """:func:`lds_dma_dwordx4` into LDS buffer ``name`` of ``scopes`` (see :func:`tag_lds_alias`)."""
+    op = rocdl.raw_ptr_buffer_load_lds(raw(rsrc), lds_ptr(lds_base), i32(16), i32(voffset), i32(soffset), i32(0),
+                                       i32(0))
+    tag_lds_alias(op, scopes, name)
+
+
+def ds_read_b128_scoped(addr_i32, scopes: dict, name):
+    """:func:`ds_read_b128` from LDS buffer ``name`` of ``scopes`` (see :func:`tag_lds_alias`)."""
+    op = llvm.LoadOp(vec_type(4), lds_ptr(addr_i32), alignment=16)
+    tag_lds_alias(op, scopes, name)
+    return op.result

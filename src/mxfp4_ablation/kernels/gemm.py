@@ -22,27 +22,38 @@ of 16 rows does not hit one bank group; B's preshuffled 1 KiB blocks are
 copied verbatim, so lane ``l`` reads its operand at ``16*l``.  Workgroups walk
 the tiles in an XCD-aware order (see :func:`tile_order`).
 
-One K step ``k`` (stage ``k % 2``), as emitted by ``_Steps.step`` without b_carry::
+One K step ``k`` (stage ``k % 2``) is two waits and four 64x64 blocks of 32 MFMAs; each block
+issues its loads one after every 1-3 MFMAs, in evenly spaced slots, none in its last
+:data:`QUIET_TAIL` MFMAs (``_Plan.segments`` lists them, ``_Emitter.block`` places them), as
+FlyDSL's kernel does before and after PR #990.  With b_carry (PR #990's "after")::
 
-    s_waitcnt vmcnt(N) ; s_barrier        # stage k landed for every wave (N from _Plan)
-    ds_read_b128 x16                      # A0, B0 fragments of this wave
-    block (0,0) ; ds_read B1 x8           # the compiler waits lgkmcnt(n) per fragment used
-    block (0,1) ; ds_read A1 x8
-    block (1,0)
-    s_waitcnt lgkmcnt(0) ; s_barrier      # everyone is done reading stage k % 2 ...
-    scale loads for k+1 (or ring gather for k+3), LDS-DMA of step k+2 into stage k % 2
-    block (1,1)
+    s_waitcnt vmcnt(N) lgkmcnt(0) ; s_barrier  # A1 of step k landed; stage k%2's A0/B0/B1 read by all
+    block (0,0)  | LDS-DMA A0 of step k+2 x4, ds_read A1 of step k x8
+    block (0,1)  | LDS-DMA B0 of k+2 x4, scales of k+1 x8 (ring ds_read_b32, or buffer_load_dword)
+    s_waitcnt vmcnt(M) lgkmcnt(0) ; s_barrier  # stage (k+1)%2's A0/B0/B1 landed; A1 of k read by all
+    block (1,0)  | LDS-DMA B1 of k+2 x4, ds_read A0 of step k+1 x8, scale gather of k+3
+    block (1,1)  | LDS-DMA A1 of k+2 x4, ds_read B0, B1 of step k+1 x16
 
-and with b_carry (B1 read at the end of the previous step, after one folded wait)::
+so the next step's A0/B0/B1 fragments arrive as loop-carried values and the only waits are the two
+folded ones (N, M from :class:`_Plan`).  Without b_carry (PR #990's "before") B1 is read in the
+step that uses it, and the waits stay per fragment::
 
-    ds_read_b128 x24 ; s_waitcnt lgkmcnt(0) ; s_barrier ; loads ; 128 MFMAs
-    s_waitcnt vmcnt(N) lgkmcnt(0) ; s_barrier ; ds_read B1 of step k+1 x8
+    s_waitcnt vmcnt(N) lgkmcnt(8) ; s_barrier  # stage k%2's A0 read by all; B0's 8 reads may fly
+    block (0,0)  | LDS-DMA A0 of k+2 x4, ds_read B1 of k x8   (the compiler waits lgkmcnt(n) per B0 fragment)
+    block (0,1)  | ds_read A1 of k x8, scales of k+1 x8       (... and per B1 fragment)
+    s_waitcnt vmcnt(M) lgkmcnt(0) ; s_barrier
+    block (1,0)  | LDS-DMA B0, B1 of k+2 x8, ds_read A0 of k+1 x8, scale gather of k+3
+    block (1,1)  | LDS-DMA A1 of k+2 x4, ds_read B0 of k+1 x8
 
 The loop body holds two K steps (four with k_unroll4; an even count keeps the stage
 static); the peeled head (step 0 with zero_first_k, steps 0 and 1 with k_unroll4)
 and the last 2-3 steps, which issue fewer loads, are unrolled around it.  Any K
 that is a multiple of 256 works; the runtime loop appears from K = 1024, 1280 or
 1536 depending on the switches, see :func:`min_k_for_loop`.
+
+Without g2s_m0 the LDS-DMA is the compiler's intrinsic; every DMA and ds_read then carries the
+alias scope of its LDS half-buffer, so the compiler waits only for DMAs into the buffer a ds_read
+reads (FlyDSL tags its loads likewise).
 
 Kernel arguments: A, B, C, A_scale, B_scale are passed flattened 1-D (one pointer and
 one i32 length each, as FlyDSL's own test passes them: 84 kernarg bytes), then M, N.  The
@@ -84,13 +95,17 @@ SWITCHES = _family.switch_table(
         "input; the accumulators start as zero vectors, so the compiler zeroes the 256 AGPRs with "
         "v_accvgpr_write before the first K step (as FlyDSL's kernel did before PR #990).",
         metric="v_accvgpr_write/read/mov in the loop fall to 0, arch_vgpr falls, agpr = 256; v_accvgpr_write "
-        "outside the loop = 256 (the zeroing, removed later by zero_first_k). Fidelity of this first rung "
-        "(gemm-v1) against FlyDSL daee90e4 at 8192^3, measured: 19 of 26 fingerprint metrics within 10 %; "
-        "outside: arch_vgpr 201 vs 250 (-20 %; ours keeps fewer fragments live: A1/B1 are read one block "
-        "before use), sgpr 53 vs 69 (-23 %, not explained yet), s_load 6 vs 8 (ours: 6 s_load_dwordx2; upstream "
-        "also 2 s_load_dword), "
-        "s_waitcnt 82 vs 64 (+28 %: the difference is outside the loop, whose 37 vs 34 is in band), s_barrier "
-        "8 vs 9 (one barrier fewer in our tail), insts_before_first_buffer_load 221 vs 199 (+11 %).",
+        "outside the loop = 256 (the zeroing, removed later by zero_first_k). Measured at 8192^3: gemm-v0 "
+        "(no pinning) keeps arch_vgpr at 256 and spills (220 scratch bytes; per loop iteration 45 scratch "
+        "loads, whose vmcnt waits drain the LDS-DMAs, and 376 v_accvgpr read/write/mov); modelled 1055 -> "
+        "4862 TFLOPS. Fidelity of this first rung "
+        "(gemm-v1) against FlyDSL daee90e4 at 8192^3, measured: 20 of 26 fingerprint metrics within 10 % "
+        "(arch_vgpr 252 vs 250, hot loop 529 vs 495 instructions and 33 vs 34 s_waitcnt per 2 K steps, every "
+        "load issued between MFMAs as there: longest run of loads without an MFMA 1, upstream 8 = its VGPR "
+        "scale loads); outside: sgpr 53 vs 69 (-23 %, not explained yet), s_load 6 vs 8 (ours: 6 "
+        "s_load_dwordx2; upstream also 2 s_load_dword), s_waitcnt 74 vs 64 (+16 %: all of it outside the "
+        "loop, 41 vs 30: our unrolled head and tail steps wait per fragment too), s_barrier 8 vs 9 (one "
+        "barrier fewer in our tail), insts_before_first_buffer_load 229 vs 199 (+15 %).",
         expects=(Expect("v_accvgpr_mov", "down", note="accumulator shuffling goes"),
                  Expect("arch_vgpr", "down", seed_before=256, note="seed: arch VGPRs hit 256 before")),
     ),
@@ -110,24 +125,28 @@ SWITCHES = _family.switch_table(
         "advanced with s_add_u32, and the K offset rides in the scalar soffset so each lane's voffset is "
         "loop-invariant.",
         mechanism="the DMA becomes inline asm 's_mov_b32 m0 | s_add_u32 m0 ; buffer_load_dwordx4 ... offen lds' "
-        "(4 loads per m0 batch) with per-stage m0 bases precomputed in SGPRs, instead of the compiler intrinsic.",
+        "(4 loads per m0 batch, the 4 of one LDS half never split by another DMA) with per-stage m0 bases "
+        "precomputed in SGPRs, instead of the compiler intrinsic. The K offset already rides in soffset "
+        "before this switch (FlyDSL's kernel before PR #990 passes it so too).",
         metric="s_mov_b32 m0 per K step 16 -> 4, s_add_u32 m0 0 -> 12, v_readfirstlane one per load -> none in "
-        "the loop (program: 67 -> 3 at 8192^3, upstream before: 67) and fewer VALU adds "
-        "in the loop. Side effect: the compiler no longer sees the DMA, so its own waits for the VGPR scale "
-        "loads become conservative (loop_s_waitcnt rises until scale_prefetch).",
+        "the loop (program: 67 -> 3 at 8192^3, upstream before: 67); the hot loop 526 -> 468 instructions "
+        "at 8192^3 (2 K steps). Side effect: the compiler no longer sees the DMA, so its own waits for the VGPR "
+        "scale loads count only those (vmcnt(3) .. vmcnt(0) before their first use) and drain the LDS-DMAs "
+        "in flight (loop_s_waitcnt 33 -> 33, but modelled at 8192^3 4850 -> 4116 TFLOPS, 16.7 -> 20.4 cycles "
+        "per hot-loop MFMA; scale_prefetch removes those loads: 4891).",
         expects=(Expect("loop_s_mov_b32_m0", "down", note="per K step 16 -> 4 in our kernel"),
                  Expect("loop_v_readfirstlane", "down", note="one per LDS-DMA load -> 0"),
-                 Expect("loop_s_add_u32_m0", "up", note="per K step 0 -> 12 in our kernel"),
-                 Expect("loop_v_add_u32", "down")),
+                 Expect("loop_s_add_u32_m0", "up", note="per K step 0 -> 12 in our kernel")),
     ),
     Switch(
         "scale_prefetch", "Scale gather through an LDS ring.", PR_990,
         claim="per K step the tile's scales are one buffer_load_dwordx4 ... lds per wave into a 4-slot LDS ring, "
         "three K steps ahead, carried to VGPRs one step ahead, issued in the MFMA shadow.",
-        mechanism="replaces 8 buffer_load_dword (to VGPR) per wave per K step; the ring read (ds_read2st64_b32) "
-        "sits after the first 64x64 block's MFMAs.",
+        mechanism="replaces 8 buffer_load_dword (to VGPR) per wave per K step; the 8 ring reads (ds_read_b32) "
+        "of step k+1 are issued among the MFMAs of block (0,1), the gather of step k+3 after the LDS-DMAs of "
+        "block (1,0).",
         metric="buffer_load_dword in the loop -> 0, one more LDS-DMA per step, lds_bytes +16 KiB; loop_s_waitcnt "
-        "stays (35 per 2 K steps at 8192^3 before and after: the per-fragment LDS waits dominate until b_carry).",
+        "stays (33 per 2 K steps at 8192^3 before and after: the per-fragment LDS waits dominate until b_carry).",
         expects=(Expect("loop_buffer_load_dword", "zero"), Expect("loop_ds_read_b32", "up")),
         requires=("g2s_m0",),
     ),
@@ -136,16 +155,21 @@ SWITCHES = _family.switch_table(
         claim="reading the second B fragment of the next K step in the current step and carrying it across the "
         "loop edge lets the waits fold into s_waitcnt vmcnt(N) lgkmcnt(0) + s_barrier; hot-loop s_waitcnt "
         "68 -> 8 per 4 K steps.",
-        mechanism="at the end of step k one folded wait (vmcnt(N) lgkmcnt(0) + s_barrier) makes step k+1's tiles "
-        "visible, the B half-1 fragments are ds_read and passed as loop-carried values, and step k+1 reads its "
-        "other fragments, waits once (lgkmcnt(0) + s_barrier), refills the stage and runs its 128 MFMAs. Without "
-        "it (PR #990's before), the B half-1 and A half-1 fragments are read in the shadow of the first and "
-        "second 64x64 blocks and consumed as they arrive, so the compiler waits lgkmcnt(N) per fragment, and "
-        "the stage is released (lgkmcnt(0) + s_barrier) and refilled after the third block.",
-        metric="loop_s_waitcnt_per_4k 70 -> 8 at 8192^3 (seed: 68 -> 8); LDS reads between the step start and "
-        "its first MFMA 16 -> 24.",
+        mechanism="the B half-1 fragments of step k+1 are ds_read in step k (with its A half-0 and B half-0 "
+        "ones, among the MFMAs of blocks (1,0)/(1,1), after the middle wait) and carried across the loop edge; "
+        "step k reads only A half 1 (among block (0,0)'s MFMAs, used in blocks (1,0)/(1,1)), so nothing is "
+        "consumed in the step that reads it and each step's two waits fold into s_waitcnt vmcnt(N) lgkmcnt(0) "
+        "+ s_barrier. Without it (PR #990's before) B half 1 is read in block (0,0) and used in (0,1), and the "
+        "top wait leaves the carried B half-0 reads in flight (lgkmcnt(8)), so the compiler waits "
+        "lgkmcnt(n) per fragment. Either way every load is issued between MFMAs (one per 1-3).",
+        metric="loop_s_waitcnt_per_4k 66 -> 8 at 8192^3 (seed: 68 -> 8; FlyDSL daee90e4 34 per 2 K steps, "
+        "ours 33); no ds_read run outside the MFMA stream before or after (longest run of loads without an "
+        "MFMA: 1, as upstream after). Modelled at 8192^3 (gfx950emu.timing 0.1.0): 4891 -> 4884 TFLOPS "
+        "(-0.1 %, hot loop 16.45 -> 16.42 cycles per MFMA; before this interleave, with the loads in runs "
+        "in front of the MFMAs: 3107 -> 2880, -7.3 %); the modelled step is flat because the waits it "
+        "removes hide behind the MFMAs already.",
         expects=(Expect("loop_s_waitcnt_per_4k", "down", seed_before=68, seed_after=8,
-                        note="ours 70 -> 8 per 4 K steps (8192^3)"),),
+                        note="ours 66 -> 8 per 4 K steps (8192^3)"),),
         requires=("g2s_m0",),
     ),
     Switch(
@@ -192,12 +216,16 @@ SWITCHES = _family.switch_table(
         "computes only what the first scale gathers need, plus the tile-independent lane part of the DMA "
         "voffsets (as FlyDSL does after PR #990), before them, and the tile bases, m0 bases and ds_read "
         "offsets after them.",
-        metric="insts_before_first_buffer_load 246 -> 74 at 8192^3 (upstream after: 65, +14 %); the "
-        "integer-division idiom (v_cvt_f32_u32 + v_rcp_f32) disappears. Measured alternatives: computing "
-        "every tile address after the gathers gives 49 (-25 %), computing them all before gives 123. "
+        metric="insts_before_first_buffer_load 247 -> 73 at 8192^3 (upstream after: 65, +12 %); the "
+        "integer-division idiom (v_cvt_f32_u32 + v_rcp_f32) disappears. Measured alternatives (with the "
+        "earlier, non-interleaved K step): computing every tile address after the gathers gives 49 (-25 %), "
+        "computing them all before gives 123. "
         "Fidelity of the last rung (all switches) against FlyDSL 741f3d6d at 8192^3, measured: 22 of 26 "
-        "fingerprint metrics within 10 %; outside: sgpr 43 vs 59 (-27 %, not explained yet), s_waitcnt 18 vs 23 (-22 %; the loop's 8 match, ours waits less in prologue and tail), "
-        "insts_before_first_buffer_load 74 vs 65 (+14 %, inside this switch's 15 % target).",
+        "fingerprint metrics within 10 % (its hot loop too: 863 vs 850 instructions, 8 vs 8 s_waitcnt, one "
+        "load per 1-3 MFMAs as there); outside: sgpr 43 vs 59 (-27 %, not explained yet), s_waitcnt 26 vs 23 "
+        "(+13 %; the loop's 8 match: the last step waits for its 8 A half-1 fragments one by one, upstream "
+        "in 5 waits, and the compiler sinks the C pointer's s_load past the loop and waits for it there), "
+        "insts_before_first_buffer_load 73 vs 65 (+12 %, inside this switch's 15 % target).",
         expects=(Expect("insts_before_first_buffer_load", "down", seed_before=272, seed_after=88),
                  Expect("int_div_idiom", "down")),
     ),
@@ -283,6 +311,13 @@ RING_SLOT = 4096  # one K step of the tile's scales: A 2 KiB + B 2 KiB
 N_XCD = 8
 GROUP_M = 4
 LOADS_PER_STEP = 16  # LDS-DMA instructions per wave per K step (8 A + 8 B)
+#: MFMAs at the end of each 32-MFMA block that issue no load, so that the loads issued last have
+#: landed when the wait ending the block (or the next block) needs them: 3 MFMAs ~ 48 cycles ~ the LDS
+#: latency (FlyDSL spreads its loads over all 32).  Modelled at 8192^3 (gfx950emu.timing 0.1.0),
+#: gemm-v4 / gemm-v5 (b_carry) / gemm-v9 TFLOPS: 0 -> 4816 / 4731 (-1.8 %) / 4964; 2 -> 4870 / 4847
+#: (-0.5 %) / 5090; 3 -> 4891 / 4884 (-0.1 %) / 5127; 4 -> 4858 / 4901 (+0.9 %) / 5152 (arch VGPRs
+#: 207 with 3, 215 with 4: FlyDSL after PR #990 has 194).  FlyDSL 741f3d6d: 5030.
+QUIET_TAIL = 3
 
 
 def _mfma_order(serpentine: bool):
@@ -404,47 +439,21 @@ class _Emitter:
         self.a_lane = [self.lds + self.wi * 8192 + i * 128 + ((g ^ (i % 8)) ^ (4 * ks)) * 16 for ks in range(2)]
         self.b_lane = self.lds + 2 * HALF + self.wj * 8192 + lane * 16
 
-    # ------------------------------------------------------------------ global -> LDS
-    def issue_tiles(self, k, parity):
-        """All 16 LDS-DMA loads of this wave for K step ``k`` (into stage ``parity`` = k % 2)."""
-        stage = self.lds + parity * STAGE
-        if "g2s_m0" in self.sw:
-            ka = C.uniform(fx.Int32(k) * 128)
-            kb = C.uniform(fx.Int32(k) * 2048)
-            for h in range(2):
-                self._dma_batch(self.m0_base[parity][h], [self.a_voff[h, r] for r in range(4)], self.a_rsrc, ka)
-            for v in range(2):
-                self._dma_batch(self.m0_base[parity][2 + v], [self.b_voff[v, r] for r in range(4)], self.b_rsrc, kb)
-            return
-        for h in range(2):
-            for r in range(4):
-                dst = stage + h * HALF + (self.wave_v + 4 * r) * 1024
-                C.lds_dma_dwordx4(self.a_rsrc, dst, self.a_voff[h, r] + fx.Int32(k) * 128)
-        for v in range(2):
-            for r in range(4):
-                dst = stage + (2 + v) * HALF + (self.wave_v + 4 * r) * 1024
-                C.lds_dma_dwordx4(self.b_rsrc, dst, self.b_voff[v, r] + fx.Int32(k) * 2048)
-
-    def _dma_batch(self, m0, voffs, rsrc, soff):
-        """One m0 set, then s_add per load (the instructions 4 x 1 KiB apart in LDS)."""
-        for n, voff in enumerate(voffs):
-            if n == 0:
-                _asm(None, [m0, voff, rsrc, soff], "s_mov_b32 m0, $0\n\tbuffer_load_dwordx4 $1, $2, $3 offen lds",
-                     "s,v,s,s,~{m0}")
-            else:
-                _asm(None, [voff, rsrc, soff], "s_add_u32 m0, m0, 4096\n\tbuffer_load_dwordx4 $0, $1, $2 offen lds",
-                     "v,s,s,~{m0}")
-
     # ------------------------------------------------------------------ scales
-    def load_scales_vgpr(self, k):
-        """8 buffer_load_dword: this wave's A and B scale words of K step k (no LDS)."""
+    def scale_addrs(self, k):
+        """(rsrc, voffset) of the 8 buffer_load_dword of this wave's A and B scale words of K step k
+        (no ring: they go straight to VGPRs)."""
         out = []
         for rsrc, tile, w in ((self.sa_rsrc, self.tile_i, self.wi), (self.sb_rsrc, self.tile_j, self.wj)):
             for hv in range(2):
                 for p in range(2):
                     r1 = tile * 8 + hv * 4 + w * 2 + p
-                    out.append(C.buffer_load(rsrc, ((r1 * self.K1) * 64 + self.lane) * 4 + fx.Int32(k) * 256, 1))
+                    out.append((rsrc, ((r1 * self.K1) * 64 + self.lane) * 4 + fx.Int32(k) * 256))
         return out
+
+    def load_scales_vgpr(self, k):
+        """8 buffer_load_dword: this wave's A and B scale words of K step k (no LDS)."""
+        return [C.buffer_load(rsrc, voff, 1) for rsrc, voff in self.scale_addrs(k)]
 
     def gather_scales(self, k):
         """One buffer_load_dwordx4 ... lds per wave: a quarter of the tile's scales for step k -> ring."""
@@ -456,24 +465,15 @@ class _Emitter:
         _asm(None, [m0, self.g_voff, self.g_rsrc, soff],
              "s_mov_b32 m0, $0\n\tbuffer_load_dwordx4 $1, $2, $3 offen lds", "s,v,s,s,~{m0}")
 
-    def read_scales_ring(self, k):
-        """8 ds_read_b32 of step k's scale words from the ring (same order as load_scales_vgpr)."""
+    def ring_words(self, k):
+        """LDS addresses of the 8 scale words of step k in the ring (same order as scale_addrs)."""
         slot = self.ring + (fx.Int32(k) % RING_SLOTS) * RING_SLOT + self.lane * 4
-        out = []
-        for base, w in ((0, self.wi), (2048, self.wj)):
-            for hv in range(2):
-                for p in range(2):
-                    out.append(C.ds_read_b32(slot + base + (hv * 4 + w * 2 + p) * 256))
-        return out
+        return [slot + base + (hv * 4 + w * 2 + p) * 256
+                for base, w in ((0, self.wi), (2048, self.wj)) for hv in range(2) for p in range(2)]
 
-    # ------------------------------------------------------------------ LDS -> VGPR
-    def read_a(self, parity, h):
-        st = parity * STAGE + h * HALF
-        return [[C.ds_read_b128(self.a_lane[ks] + st + ti * 2048) for ks in range(2)] for ti in range(4)]
-
-    def read_b(self, parity, v):
-        st = parity * STAGE + v * HALF
-        return [[C.ds_read_b128(self.b_lane + st + (tj * 2 + ks) * 1024) for ks in range(2)] for tj in range(4)]
+    def read_scales_ring(self, k):
+        """8 ds_read_b32 of step k's scale words from the ring."""
+        return [C.ds_read_b32(a) for a in self.ring_words(k)]
 
     # ------------------------------------------------------------------ MFMA
     def mfma(self, a, b, acc, sa, sb, opa, opb):
@@ -490,15 +490,29 @@ class _Emitter:
         return _asm(res, [a, b, sa, sb, acc], f"v_mfma_scale_f32_16x16x128_f8f6f4 $0, $1, $2, $0, $3, $4 {mods}",
                     "=a,v,v,v,v,0")
 
-    def block(self, acc, h, v, af, bf, scales, first):
-        """32 MFMAs of 64x64 block (h, v): both 128-K halves, tiles in the switch's order."""
+    def block(self, acc, h, v, af, bf, scales, first, thunks=()):
+        """32 MFMAs of 64x64 block (h, v): both 128-K halves, tiles in the switch's order.  ``thunks``
+        (one load instruction each) are issued in evenly spaced slots among the first 28 MFMAs, thunk
+        t right after MFMA ``floor(28 t / len(thunks))``: one load per 1-3 MFMAs, in the MFMAs' shadow,
+        and none in the last :data:`QUIET_TAIL` so that the loads issued last have landed when a wait
+        (or the next block) needs them."""
         sa = scales[0:4]
         sb = scales[4:8]
+        thunks = list(thunks)
+        order = _mfma_order("serpentine" in self.sw)
+        n_mfma = 2 * len(order)
+        after = {}
+        for t in range(len(thunks)):
+            after.setdefault(t * (n_mfma - QUIET_TAIL) // len(thunks), []).append(thunks[t])
+        m = 0
         for ks in range(2):
-            for ti, tj in _mfma_order("serpentine" in self.sw):
+            for ti, tj in order:
                 idx = ((h * 2 + v) * 4 + ti) * 4 + tj
                 acc[idx] = self.mfma(af[ti][ks], bf[tj][ks], None if (first and ks == 0) else acc[idx],
                                      sa[h * 2 + ti // 2], sb[v * 2 + tj // 2], 2 * ks + ti % 2, 2 * ks + tj % 2)
+                for th in after.get(m, ()):
+                    th()
+                m += 1
 
     # ------------------------------------------------------------------ epilogue
     def store_block(self, acc, h, v):
@@ -614,12 +628,38 @@ def _wait(vmcnt=None, lgkmcnt=None, barrier=True):
     rocdl.sched_barrier(0)
 
 
-class _Plan:
-    """Which loads each K step issues and how many may still be in flight at each wait.
+#: The four LDS halves of a stage in the order a step refills them (A0 in block (0,0), B0 in
+#: (0,1), B1 in (1,0), A1 in (1,1)); each is 4 LDS-DMA instructions per wave.
+HALVES = ("A0", "B0", "B1", "A1")
 
-    vmcnt counts this wave's vector-memory instructions in issue order, so a wait for
-    group X may leave in flight exactly the instructions issued after X.  We replay
-    the issue order in Python (per concrete K step) and read the counts off it.
+
+def _spread(first, second):
+    """Merge two unit lists so that the shorter one's units sit evenly among the longer one's
+    (4 DMAs among 8 reads: D R R D R R ...); order inside each list is kept."""
+    if len(first) < len(second):
+        first, second = second, first
+    if not second:
+        return list(first)
+    out, j = [], 0
+    for i, u in enumerate(first):
+        # put second[j] before first[i] once i has passed j's share of the first list
+        while j < len(second) and j * len(first) <= i * len(second):
+            out.append(second[j])
+            j += 1
+        out.append(u)
+    return out + second[j:]
+
+
+class _Plan:
+    """The issue schedule of every K step, and how many loads may still be in flight at each wait.
+
+    One step is two waits and four 64x64 blocks of 32 MFMAs; each block carries a list of *units*
+    (one load instruction each) that the emitter issues one after every 1-3 MFMAs (:meth:`segments`).
+    vmcnt counts this wave's vector-memory instructions in issue order, so a wait for group X may
+    leave in flight exactly the instructions issued after X's last one.  The plan replays the units
+    in issue order (per concrete K step) and reads the counts off it, so moving a load between waits
+    moves its count with it.  Groups: ``(half, k)`` (4 LDS-DMA of one LDS half of step k's tiles),
+    ``("G", k)`` (the scale gather of step k, 1), ``("S", k)`` (8 scale loads to VGPRs, no ring).
     """
 
     def __init__(self, sw, KI):
@@ -627,55 +667,125 @@ class _Plan:
         self.ring = "scale_prefetch" in sw
         self.carry_b = "b_carry" in sw
         self.unroll4 = "k_unroll4" in sw
-        self.events = []  # (kind, step, n) in program order, plus ("wait", tag, None)
+        self.events = []  # one (kind, step) per vector-memory instruction, in issue order
         self.waits = {}
         self._prologue()
         for k in range(KI):
             self._step(k)
 
+    # ---------------------------------------------------------------- what a step issues
+    def gathers(self, k) -> bool:
+        """Whether step k gathers the scales of step k + 3 (with k_unroll4 every step that refills a
+        stage does, the one past the end being a dummy)."""
+        return self.ring and (k + 3 < self.KI or (self.unroll4 and k + 2 < self.KI))
+
     def issues(self, k):
-        """Groups issued inside step k: [(kind, step, n_instructions)]."""
-        out = []
-        # With k_unroll4 every step that refills a stage also gathers (the one past the end is a dummy).
-        if self.ring and (k + 3 < self.KI or (self.unroll4 and k + 2 < self.KI)):
-            out.append(("G", k + 3, 1))
-        if not self.ring and k + 1 < self.KI:
-            out.append(("S", k + 1, 8))
-        if k + 2 < self.KI:
-            out.append(("D", k + 2, LOADS_PER_STEP))
-        return out
+        """Groups issued inside step k: [(kind, step, n_instructions)] in the order their first
+        instruction is issued (read off :meth:`segments`)."""
+        out = {}
+        for seg in self.segments(k):
+            if seg[0] != "block":
+                continue
+            for u in seg[2]:
+                g = {"dma": lambda: (u[1], k + u[2]), "gather": lambda: ("G", k + u[1]),
+                     "scale": lambda: ("S", k + u[1])}.get(u[0])
+                if g is not None:
+                    key = g()
+                    out[key] = out.get(key, 0) + 1
+        return [(kind, step, n) for (kind, step), n in out.items()]
 
-    def _needs(self, k):
-        """Groups that must have landed before step k reads LDS (its tiles and, with the ring, the
-        scales of step k + 1 that it reads ahead)."""
-        need = [("D", k)]
-        if self.ring and k + 1 < self.KI:
-            need.append(("G", k + 1))
-        return need
+    def top_lgkmcnt(self) -> int:
+        """LDS reads the top wait of a step may leave in flight: with b_carry none (one folded
+        lgkmcnt(0)); without it the previous step's last 8 reads (the B0 fragments this step starts
+        with, which the compiler then waits for fragment by fragment, as in FlyDSL's kernel before
+        PR #990), so only A0 is released at the top and B0 at the middle wait."""
+        return 0 if self.carry_b else 8
 
+    def segments(self, k):
+        """Step k as ``[("wait", tag, needs) | ("block", (h, v), units)]`` in issue order.
+
+        Units: ``("dma", half, rel, r)`` (LDS-DMA instruction r of that half of step k+rel, into the
+        stage step k reads), ``("read", half, rel, ks, t)`` (the ds_read_b128 of fragment (t, ks) of
+        step k+rel's half), ``("ring", rel, n)`` (ds_read_b32 n of step k+rel's scales),
+        ``("scale", rel, n)`` (buffer_load_dword n of them, no ring) and ``("gather", rel)``.
+
+        Stage k % 2 is released in two parts.  With b_carry the top wait (lgkmcnt(0) + s_barrier)
+        follows the previous step's reads of A0/B0/B1, so blocks (0,0)/(0,1) refill A0/B0; the middle
+        wait follows this step's reads of A1, so blocks (1,0)/(1,1) refill B1/A1.  Without it the top
+        wait (lgkmcnt(8), :meth:`top_lgkmcnt`) releases only A0 (refilled in block (0,0)) and the middle
+        one B0, B1 and A1 (refilled in (1,0)/(1,1)).  The next step's A0/B0 (and B1) fragments are read
+        from the other stage after the middle wait.
+        """
+        KI, carry = self.KI, self.carry_b
+        refill = k + 2 < KI
+        nxt = k + 1 < KI
+
+        def dma(half):
+            return [("dma", half, 2, r) for r in range(4)] if refill else []
+
+        def read(half, rel):
+            return [("read", half, rel, ks, t) for ks in range(2) for t in range(4)]
+
+        if self.ring:
+            scales = [("ring", 1, n) for n in range(8)] if nxt else []
+        else:
+            scales = [("scale", 1, n) for n in range(8)] if nxt else []
+        gather = [("gather", 3)] if self.gathers(k) else []
+        later = ["A0", "B0", "B1"] if carry else ["A0", "B0"]  # the next step's, read here
+        top = [("A1", k)] + ([("G", k + 1)] if self.ring and nxt else [])
+        segs = [("wait", "top", top)]
+        if carry:
+            segs.append(("block", (0, 0), _spread(dma("A0"), read("A1", 0))))
+            segs.append(("block", (0, 1), _spread(dma("B0"), scales)))
+        else:  # B1 read in block (0,0)'s shadow and consumed in (0,1); A1 in (0,1)'s, consumed after the wait
+            segs.append(("block", (0, 0), _spread(dma("A0"), read("B1", 0))))
+            segs.append(("block", (0, 1), read("A1", 0) + scales))
+        nreads = [u for h in later for u in read(h, 1)] if nxt else []
+        if refill or nreads:
+            segs.append(("wait", "mid", [(h, k + 1) for h in later] if nxt else []))
+        ra = [u for u in nreads if u[1] == "A0"]
+        rb = [u for u in nreads if u[1] != "A0"]
+        # Without b_carry B0 was read at the end of the previous step: the middle wait releases it.
+        # The halves stay whole (g2s_m0 advances m0 from one instruction of a half to the next).
+        refills = dma("B1") if carry else dma("B0") + dma("B1")
+        segs.append(("block", (1, 0), _spread(refills, ra) + gather))
+        segs.append(("block", (1, 1), _spread(dma("A1"), rb)))
+        return segs
+
+    # ---------------------------------------------------------------- replay
     def _count_after(self, need):
-        pos = max(i for i, e in enumerate(self.events) if (e[0], e[1]) in need)
-        return sum(e[2] for e in self.events[pos + 1:] if e[0] != "wait")
+        pos = max((i for i, e in enumerate(self.events) if e in need), default=None)
+        if pos is None:
+            return None
+        return len(self.events) - pos - 1
+
+    def _units(self, k, units):
+        for u in units:
+            if u[0] == "dma":
+                self.events.append((u[1], k + u[2]))
+            elif u[0] == "gather":
+                self.events.append(("G", k + u[1]))
+            elif u[0] == "scale":
+                self.events.append(("S", k + u[1]))
 
     def _prologue(self):
+        KI = self.KI
         if self.ring:
-            self.events += [("G", k, 1) for k in range(min(3, self.KI))]
+            self.events += [("G", k) for k in range(min(3, KI))]
         else:
-            self.events.append(("S", 0, 8))
-        self.events += [("D", k, LOADS_PER_STEP) for k in range(min(2, self.KI))]
-        need = []
-        if self.ring:
-            need.append(("G", 0))
-        if self.carry_b:
-            need += self._needs(0)
-        self.waits["prologue"] = self._count_after(need) if need else None
+            self.events += [("S", 0)] * 8
+        for k in range(min(2, KI)):
+            self.events += [(h, k) for h in HALVES for _ in range(4)]
+        halves = ["A0", "B0", "B1"] if self.carry_b else ["A0", "B0"]
+        need = [(h, 0) for h in halves] + ([("G", 0)] if self.ring else [])
+        self.waits["prologue"] = self._count_after(need)
 
     def _step(self, k):
-        if not self.carry_b:
-            self.waits["top", k] = self._count_after(self._needs(k))
-        self.events += self.issues(k)
-        if self.carry_b and k + 1 < self.KI:
-            self.waits["end", k] = self._count_after(self._needs(k + 1))
+        for seg in self.segments(k):
+            if seg[0] == "wait":
+                self.waits[seg[1], k] = self._count_after(seg[2])
+            else:
+                self._units(k, seg[2])
 
     def loop_range(self, head):
         """``(lo, hi, unroll)``: steps [lo, hi) run by the runtime loop, ``unroll`` per iteration (4 with
@@ -688,7 +798,7 @@ class _Plan:
 
     def loop_wait(self, kind, ks):
         """The wait used in the loop body: the smallest count over the steps it stands for."""
-        vals = [self.waits[kind, k] for k in ks if (kind, k) in self.waits]
+        vals = [self.waits[kind, k] for k in ks if self.waits.get((kind, k)) is not None]
         return min(vals) if vals else None
 
 
@@ -700,6 +810,19 @@ class _Steps(_Emitter):
         self.plan = _Plan(sw, self.KI)
         self.head = _head(sw, self.KI)
         self.lo, self.hi, self.unroll = self.plan.loop_range(self.head)
+        # The compiler may move compiler-visible loads and MFMAs past each other; with inline-asm
+        # MFMAs and DMAs (side effects: nothing crosses them) the issue order is the emission order.
+        self.pin = not ("agpr_acc" in sw and "g2s_m0" in sw)
+        self.scopes = None  # set at trace time (needs an MLIR context) when the DMA is compiler-visible
+
+    def alias_scopes(self):
+        """Without g2s_m0 the compiler sees the LDS-DMA and, not knowing where it writes, waits
+        vmcnt(0) before any ds_read after one; one alias scope per LDS half-buffer (2 stages x 4)
+        lets it wait only for DMAs into the buffer read (FlyDSL's kernel tags its loads likewise)."""
+        if "g2s_m0" not in self.sw:
+            names = [f"s{p}{h}" for p in range(2) for h in HALVES]
+            attrs = C.lds_alias_scopes("mxfp4_gemm.lds", names)
+            self.scopes = {(p, h): attrs[f"s{p}{h}"] for p in range(2) for h in HALVES}
 
     def loop_body(self, kk, state):
         """One loop iteration: ``unroll`` K steps from the loop's i32 step ``kk``."""
@@ -709,13 +832,16 @@ class _Steps(_Emitter):
             acc, carry = self.step(kk + j, (lo + j) % 2, acc, carry, lo + j, list(range(lo + j, hi, u)))
         return self.pack(acc, carry)
 
-    # state = 64 accumulators + 8 scale words (+ 8 B half-1 fragments with b_carry)
+    # state = 64 accumulators + 8 scale words + the next step's A0, B0 (and B1 with b_carry) fragments
     def pack(self, acc, carry):
         return [C.raw(x) for x in acc] + [C.raw(x) for x in carry]
 
     def unpack(self, state):
         state = list(state)
         return state[:64], state[64:]
+
+    def _carried(self):
+        return ["A0", "B0", "B1"] if "b_carry" in self.sw else ["A0", "B0"]
 
     def prologue(self):
         sw = self.sw
@@ -731,98 +857,130 @@ class _Steps(_Emitter):
             self.read_addresses()
         for k in range(min(2, self.KI)):
             rocdl.sched_barrier(0)
-            self.issue_tiles(k, k % 2)
+            for half in HALVES:
+                for r in range(4):
+                    self.dma_one(k, k % 2, half, r, {})
         rocdl.sched_barrier(0)
-        vm = self.plan.waits["prologue"]
-        if vm is not None:
-            _wait(vmcnt=vm)
+        _wait(vmcnt=self.plan.waits["prologue"])
         if scales is None:
             scales = self.read_scales_ring(0)
         carry = list(scales)
-        if "b_carry" in sw:
-            carry += [f for tile in self.read_b(0, 1) for f in tile]
+        for half in self._carried():  # in this order: a step's top wait counts on B0 (B1) being read last
+            rocdl.sched_barrier(0)
+            carry += self.read_half(0, half)
+        rocdl.sched_barrier(0)
         if "zero_first_k" in sw:
             acc = [None] * 64  # step 0's first K half writes them (src2 = 0)
         else:
             acc = [C.zeros_f32x4() for _ in range(64)]
         return acc, carry
 
+    def read_half(self, parity, half):
+        """The 8 fragments of one half, flat in the carry's order (tile t, then K half ks)."""
+        return [self.read_one(parity, half, ks, t) for t in range(4) for ks in range(2)]
+
+    def read_one(self, parity, half, ks, t):
+        """ds_read_b128 of fragment (tile t, K half ks) of one LDS half of stage ``parity``."""
+        st = parity * STAGE + int(half[1]) * HALF
+        if half[0] == "A":
+            addr = self.a_lane[ks] + st + t * 2048
+        else:
+            addr = self.b_lane + st + (t * 2 + ks) * 1024
+        if self.scopes is None:
+            return C.ds_read_b128(addr)
+        return C.ds_read_b128_scoped(addr, self.scopes, (parity, half))
+
+    def dma_one(self, k, parity, half, r, cache):
+        """LDS-DMA instruction r (of 4) of one half of step k's tiles into stage ``parity``."""
+        is_a, hv = half[0] == "A", int(half[1])
+        key = ("soff", is_a)  # the K offset rides in the scalar soffset (FlyDSL's kernel too, before #990)
+        if key not in cache:
+            cache[key] = C.uniform(fx.Int32(k) * (128 if is_a else 2048))
+        if "g2s_m0" in self.sw:
+            voff = self.a_voff[hv, r] if is_a else self.b_voff[hv, r]
+            rsrc = self.a_rsrc if is_a else self.b_rsrc
+            if r == 0:
+                m0 = self.m0_base[parity][hv if is_a else 2 + hv]
+                _asm(None, [m0, voff, rsrc, cache[key]],
+                     "s_mov_b32 m0, $0\n\tbuffer_load_dwordx4 $1, $2, $3 offen lds", "s,v,s,s,~{m0}")
+            else:  # the 4 instructions of a half are 4 x 1 KiB apart in LDS
+                # s_add_u32 writes SCC: without the clobber the compiler keeps the loop counter's carry
+                # in SCC across it (s_add_u32 ... s_addc_u32 around an interleaved DMA) and the loop exits.
+                _asm(None, [voff, rsrc, cache[key]],
+                     "s_add_u32 m0, m0, 4096\n\tbuffer_load_dwordx4 $0, $1, $2 offen lds", "v,s,s,~{m0},~{scc}")
+            return
+        stage = self.lds + parity * STAGE
+        if is_a:
+            dst = stage + hv * HALF + (self.wave_v + 4 * r) * 1024
+            rsrc, voff = self.a_rsrc, self.a_voff[hv, r]
+        else:
+            dst = stage + (2 + hv) * HALF + (self.wave_v + 4 * r) * 1024
+            rsrc, voff = self.b_rsrc, self.b_voff[hv, r]
+        C.lds_dma_dwordx4_scoped(rsrc, dst, voff, self.scopes, (parity, half), soffset=cache[key])
+
     def step(self, k, parity, acc, carry, plan_k, loop_ks=None):
         """Emit K step ``k`` (int, or the loop's i32 value) reading LDS stage ``parity``.
 
-        ``plan_k`` is a concrete step number whose issue pattern this emission follows;
-        ``loop_ks`` lists the concrete steps a loop-body emission stands for (waits use
-        the most conservative of them).
+        ``plan_k`` is a concrete step number whose issue pattern (:meth:`_Plan.segments`) this
+        emission follows; ``loop_ks`` lists the concrete steps a loop-body emission stands for (waits
+        use the most conservative of them).
         """
         sw, plan = self.sw, self.plan
-        ks = loop_ks or [plan_k]
+        ks_list = loop_ks or [plan_k]
         first = acc[0] is None
         scales = carry[:8]
-        if "b_carry" in sw:
-            b1 = [[carry[8 + 2 * t], carry[9 + 2 * t]] for t in range(4)]
-        else:
-            vm = plan.loop_wait("top", ks)
-            _wait(vmcnt=vm)
-        a0 = self.read_a(parity, 0)
-        b0 = self.read_b(parity, 0)
-        interleave = "b_carry" not in sw
-        if not interleave:
-            a1 = self.read_a(parity, 1)
-        loaded = {}
+        frags = {}  # (half, rel) -> [t][ks]
+        for n, half in enumerate(self._carried()):
+            flat = carry[8 + 8 * n: 16 + 8 * n]
+            frags[half, 0] = [[flat[2 * t], flat[2 * t + 1]] for t in range(4)]
+        new_scales = [None] * 8
+        cache = {}
 
-        def release_and_refill():
-            # Every wave is done with this stage before anyone refills it.
-            _wait(lgkmcnt=0)
-            for kind, kstep, _n in plan.issues(plan_k):
-                kk = k + (kstep - plan_k)
-                if kind == "G":
-                    self.gather_scales(kk)
-                elif kind == "S":
-                    loaded["scales"] = self.load_scales_vgpr(kk)
-                else:
-                    self.issue_tiles(kk, parity)
+        def unit(u):
+            kind = u[0]
+            if kind == "dma":
+                self.dma_one(k + u[2], parity, u[1], u[3], cache)
+            elif kind == "read":
+                _, half, rel, ks, t = u
+                frags.setdefault((half, rel), [[None, None] for _ in range(4)])
+                frags[half, rel][t][ks] = self.read_one((plan_k + rel) % 2, half, ks, t)
+            elif kind == "ring":
+                if "ring" not in cache:
+                    cache["ring"] = self.ring_words(k + u[1])
+                new_scales[u[2]] = C.ds_read_b32(cache["ring"][u[2]])
+            elif kind == "scale":
+                if "scale" not in cache:
+                    cache["scale"] = self.scale_addrs(k + u[1])
+                rsrc, voff = cache["scale"][u[2]]
+                new_scales[u[2]] = C.buffer_load(rsrc, voff, 1)
+            else:
+                self.gather_scales(k + u[1])
+            if self.pin:
                 rocdl.sched_barrier(0)
 
-        # b_carry folds the LDS waits into one lgkmcnt(0) + s_barrier before the MFMAs; without it (PR
-        # #990's "before") the MFMAs of the first two blocks consume the fragments as they arrive, so the
-        # compiler waits lgkmcnt(N) per fragment, and the stage is released after them.
-        if "b_carry" in sw:
-            release_and_refill()
         last = plan_k == self.KI - 1
         wide_tail = last and "wide_epilogue" in sw
         acc = list(acc)
-        self.block(acc, 0, 0, a0, b0, scales, first)
-        if wide_tail:
-            self.store_block(acc, 0, 0)
-        if interleave:  # read in block (0, 0)'s shadow, consumed fragment by fragment in block (0, 1)
-            b1 = self.read_b(parity, 1)
-        if "scale_prefetch" in sw and plan_k + 1 < self.KI:
-            loaded["scales"] = self.read_scales_ring(k + 1)  # in the MFMA shadow, one step ahead
-        self.block(acc, 0, 1, a0, b1, scales, first)
-        if wide_tail:
-            self.store_block(acc, 0, 1)
-        if interleave:  # likewise for block (1, 0); the stage is released once it has everything
-            a1 = self.read_a(parity, 1)
-        self.block(acc, 1, 0, a1, b0, scales, first)
-        if interleave:
-            release_and_refill()
-        new_scales = loaded.get("scales")
-        if wide_tail:
-            self.store_block(acc, 1, 0)
-        self.block(acc, 1, 1, a1, b1, scales, first)
-        if wide_tail:
-            self.store_block(acc, 1, 1)
-        elif last:
-            for h in range(2):
-                for v in range(2):
-                    self.store_block(acc, h, v)
+        for seg in plan.segments(plan_k):
+            if seg[0] == "wait":
+                lgkm = plan.top_lgkmcnt() if seg[1] == "top" else 0
+                _wait(vmcnt=plan.loop_wait(seg[1], ks_list), lgkmcnt=lgkm)
+                continue
+            (h, v), units = seg[1], seg[2]
+            a = frags["A%d" % h, 0]
+            b = frags["B%d" % v, 0]
+            self.block(acc, h, v, a, b, scales, first, [lambda u=u: unit(u) for u in units])
+            if wide_tail:
+                self.store_block(acc, h, v)
         if last:
+            if not wide_tail:
+                for h in range(2):
+                    for v in range(2):
+                        self.store_block(acc, h, v)
             return acc, []
         carry = list(new_scales)
-        if "b_carry" in sw:
-            vals = [plan.waits["end", q] for q in ks]
-            _wait(vmcnt=min(vals), lgkmcnt=0)
-            carry += [f for tile in self.read_b(1 - parity, 1) for f in tile]
+        for half in self._carried():
+            carry += [f for t in frags[half, 1] for f in t]
         return acc, carry
 
 
@@ -861,6 +1019,7 @@ def build(M: int, N: int, K: int, **switches):
         lds = fx.SharedAllocator().allocate(Shared).peek()
         em = _Steps(sw, M, N, K)
         em.setup(A, B, Cout, A_scale, B_scale, c_m, c_n, lds)
+        em.alias_scopes()
         acc, carry = em.prologue()
         for k0 in range_constexpr(em.head):
             acc, carry = em.step(k0, k0 % 2, acc, carry, k0)
