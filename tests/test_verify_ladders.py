@@ -13,7 +13,7 @@ import pytest
 from mxfp4_ablation import family, runner, shapes, variants
 
 ALL = variants.all_variants()
-# experiments/shapes.toml's "gate" sets: GEMM (256,256,1536) (every variant's runtime K loop) and (512,512,512);
+# experiments/shapes.toml's "gate" sets: GEMM (256,256,3072) (every variant's runtime K loop, two trips or more) and (512,512,512);
 # MoE tokens,experts,hidden,intermediate,topk[,block_m]: decode blocks at M=16 and M=200, prefill blocks
 # (128 rows, mostly padding) at M=200, and a single token.
 GEMM_SHAPES = shapes.shapes("gemm", "gate")

@@ -14,10 +14,11 @@
 # %% [markdown]
 # # MoE gemm1 ladder step 0 · Baseline: every switch off
 #
-# MoE gemm1 (gate/up projection + silu·mul + MXFP4 requantisation) as the FlyDSL kernel stood before
-# aiter PR #3828: tensor-descriptor kernel arguments and the library-style exp2 in silu. Every later
-# gemm1 step adds one switch. This notebook checks it in both regimes and records its ISA; there is
-# no predecessor to diff against.
+# MoE gemm1 (gate/up projection + silu·mul + MXFP4 requantisation; A staged through LDS, in-kernel
+# bf16 -> MXFP4 quantisation at decode, LDS-DMA at prefill, the K dimension fully unrolled, the
+# epilogue through LDS) as aiter's FlyDSL kernel stood before aiter PR #3828: tensor-descriptor
+# kernel arguments and the library-style exp2 in silu. Every later gemm1 step adds one switch. This
+# notebook checks it in both regimes and records its ISA; there is no predecessor to diff against.
 
 # %% tags=["parameters"]
 out_dir = None  # set by the runner: the run folder this notebook writes into

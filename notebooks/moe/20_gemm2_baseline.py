@@ -14,10 +14,10 @@
 # %% [markdown]
 # # MoE gemm2 ladder step 0 · Baseline: every switch off
 #
-# MoE gemm2 (down projection; A staged through LDS by LDS-DMA, an LDS-cshuffled atomic bf16 epilogue at
-# decode, a persistent grid with per-element stores at prefill) as aiter's FlyDSL kernel stood before
-# aiter PR #3828. Every later gemm2 step adds one switch. This notebook
-# checks it in both regimes and records its ISA; there is no predecessor to diff against.
+# MoE gemm2 (down projection; A staged through LDS by LDS-DMA, an LDS-cshuffled atomic bf16 epilogue
+# at decode, a persistent grid with per-element stores at prefill) as aiter's FlyDSL kernel stood
+# before aiter PR #3828. Every later gemm2 step adds one switch. This notebook checks it in both
+# regimes and records its ISA; there is no predecessor to diff against.
 
 # %% tags=["parameters"]
 out_dir = None  # set by the runner: the run folder this notebook writes into

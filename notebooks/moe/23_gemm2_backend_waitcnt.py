@@ -14,10 +14,11 @@
 # %% [markdown]
 # # MoE gemm2 ladder step 3 · `backend_waitcnt`: LLVM owns the non-atomic K-tile fence
 #
-# aiter PR #3828 replaces the hand-written inline-asm `s_waitcnt vmcnt(16) lgkmcnt(0)` + bare `s_barrier`
-# before each K tile's `ds_read` in gemm2's non-atomic (prefill) path with a plain barrier: LLVM inserts
-# the LDS-DMA -> `ds_read` wait itself. The atomic (decode) path keeps its hand-counted fence on both
-# sides of the PR, so at decode this rung is the same kernel as its predecessor.
+# aiter PR #3828 replaces the hand-written inline-asm `s_waitcnt vmcnt(16) lgkmcnt(0)` + bare
+# `s_barrier` before each K tile's `ds_read` in gemm2's non-atomic (prefill) path with a plain
+# barrier: LLVM inserts the LDS-DMA -> `ds_read` wait itself. The atomic (decode) path keeps its
+# hand-counted fence on both sides of the PR, so at decode this rung is the same kernel as its
+# predecessor.
 
 # %% tags=["parameters"]
 out_dir = None  # set by the runner: the run folder this notebook writes into

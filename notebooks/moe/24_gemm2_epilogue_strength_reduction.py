@@ -14,10 +14,10 @@
 # %% [markdown]
 # # MoE gemm2 ladder step 4 · `epilogue_strength_reduction`: one row product per lane
 #
-# aiter PR #3828 computes the non-atomic (prefill) epilogue's row x N_OUT byte offset once per lane and
-# adds compile-time offsets per stored element, instead of a 64-bit multiply-add per stored row. The
-# atomic (decode) epilogue's offsets are 32-bit on both sides of the PR: at decode this rung is the same
-# kernel as its predecessor.
+# aiter PR #3828 computes the non-atomic (prefill) epilogue's row x N_OUT byte offset once per lane
+# and adds compile-time offsets per stored element, instead of a 64-bit multiply-add per stored row.
+# The atomic (decode) epilogue's offsets are 32-bit on both sides of the PR: at decode this rung is
+# the same kernel as its predecessor.
 
 # %% tags=["parameters"]
 out_dir = None  # set by the runner: the run folder this notebook writes into

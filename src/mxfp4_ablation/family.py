@@ -101,9 +101,11 @@ class Expect:
 
     def holds(self, before: float | None, after: float | None) -> bool:
         """Did the metric move this way from ``before`` (switch off) to ``after`` (switch on)?
-        False when either value is missing (None / NaN)."""
-        if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (before, after)):
-            return False
+        False when either value is missing (None / NaN), except that ``same`` holds when both are (a
+        metric neither kernel has, e.g. hot-loop counts of two loop-free kernels, did not change)."""
+        missing = [v is None or (isinstance(v, float) and math.isnan(v)) for v in (before, after)]
+        if any(missing):
+            return self.direction == "same" and all(missing)
         if self.direction == "down":
             return after < before
         if self.direction == "up":

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 __all__ = [
     "Instruction",
@@ -541,7 +541,11 @@ def _hottest(found: Iterable[Loop]) -> Loop | None:
 
 def hot_loop(isa_text: Any, kernel: str | None = None) -> list[Instruction] | None:
     """The body of the kernel's hot loop (see :func:`metrics`), or None when it has no loop."""
-    best = _hottest(loops(isa_text, kernel))
+    return _hottest_body(_kernel_of(isa_text, kernel))
+
+
+def _hottest_body(k) -> list[Instruction] | None:
+    best = _hottest(loops(k))
     return list(best.body) if best is not None else None
 
 
@@ -853,13 +857,35 @@ FINGERPRINT_KEYS = (
     "vgpr_unified", "arch_vgpr", "agpr", "sgpr", "lds_bytes", "kernarg_bytes",
     "instructions", "mfma", "s_waitcnt", "s_waitcnt_per_128_mfma",
     "loop_instructions", "loop_mfma", "loop_s_waitcnt",
-    "loop_instructions_per_128_mfma", "loop_s_waitcnt_per_128_mfma",
+    "loop_instructions_per_128_mfma", "loop_s_waitcnt_per_128_mfma", "loop_max_lds_run",
     "s_barrier", "insts_before_first_buffer_load",
     "buffer_store", *(f"buffer_store_b{w}" for w in FINGERPRINT_STORE_WIDTHS), "global_store", "global_atomic",
     "v_accvgpr_write", "v_accvgpr_read", "v_readfirstlane", "m0_writes", "s_load",
     "ds_read", "ds_write", "v_permlane",
     "v_exp_f32", "v_ldexp_f32", "mad_64", "sign_fixes",
 )
+
+
+def is_lds_traffic(inst: Instruction) -> bool:
+    """An LDS read (``ds_read*``) or a global -> LDS DMA (``buffer_load_* ... lds``)."""
+    return inst.opcode.startswith("ds_read") or (inst.opcode.startswith("buffer_load") and "lds" in inst.modifiers)
+
+
+def max_lds_run(body: Sequence[Instruction] | None) -> int | None:
+    """The longest run of LDS traffic (:func:`is_lds_traffic`) in ``body`` with no MFMA in between, in
+    program order (other instructions do not break a run); None for no body. 1 means every LDS read and
+    DMA of the loop is issued among the MFMAs; a large number, a batch issued before the MFMAs that
+    need it (whose latency the MFMAs cannot hide)."""
+    if body is None:
+        return None
+    best = run = 0
+    for inst in body:
+        if inst.opcode.startswith("v_mfma"):
+            run = 0
+        elif is_lds_traffic(inst):
+            run += 1
+            best = max(best, run)
+    return best
 
 
 def _per_128(count: int | None, mfma: int | None) -> float | None:
@@ -886,6 +912,8 @@ def fingerprint(isa_text: Any, kernel: str | None = None) -> dict[str, int | flo
       the count times 128 over the MFMAs of the same region (kernel / hot loop), so kernels that
       unroll differently compare per unit of matrix work (128 MFMAs = one 256-deep K step of a
       128x128 wave tile of 16x16x128 MFMAs); None without MFMAs (or without a loop).
+    * ``loop_max_lds_run``: :func:`max_lds_run` of the hot loop (None without a loop): whether the
+      loop's LDS reads and DMAs are interleaved with its MFMAs (1) or issued in batches.
     * ``buffer_store``: all ``buffer_store_*`` with a known width; ``buffer_store_b<N>`` those of
       N bytes per lane (see :func:`store_width`), for N in :data:`FINGERPRINT_STORE_WIDTHS`.
     * ``global_store`` (``global_store_*``), ``global_atomic`` (``global_atomic_*``, e.g. the
@@ -921,6 +949,7 @@ def fingerprint(isa_text: Any, kernel: str | None = None) -> dict[str, int | flo
         "loop_s_waitcnt": m["loop_s_waitcnt"],
         "loop_instructions_per_128_mfma": _per_128(m["loop_instructions"], m["loop_mfma"]),
         "loop_s_waitcnt_per_128_mfma": _per_128(m["loop_s_waitcnt"], m["loop_mfma"]),
+        "loop_max_lds_run": max_lds_run(_hottest_body(k)),
         "s_barrier": m["s_barrier"], "insts_before_first_buffer_load": m["insts_before_first_buffer_load"],
         "buffer_store": sum(stores.values()),
         **{f"buffer_store_b{w}": stores.get(w, 0) for w in FINGERPRINT_STORE_WIDTHS},

@@ -127,7 +127,8 @@ def moe_metrics(isa_text: Any) -> dict[str, float | None]:
     ``epi_`` prefix because they count the epilogue only (after the K loop): ``epi_v_exp_f32``,
     ``epi_v_ldexp_f32``, ``epi_v_cndmask``, ``epi_v_cmp``, ``epi_valu``. Added for gemm2:
     ``sign_shifts`` (``s_ashr_i32`` + ``v_ashrrev_i32``), ``s_mul_hi_i32``, ``s_mul_hi_u32``,
-    ``v_mad_u64_u32``, ``asm_s_waitcnt`` (waits written as inline asm) and
+    ``v_mad_u64_u32``, ``mad_64`` (every 64-bit multiply-add, ``v_mad_u64_u32`` + ``v_mad_i64_i32``, as
+    :func:`isa.fingerprint` counts it), ``asm_s_waitcnt`` (waits written as inline asm) and
     ``epilogue_instructions`` (instructions after the last MFMA).
     """
     m = isa.metrics(isa_text)
@@ -144,6 +145,7 @@ def moe_metrics(isa_text: Any) -> dict[str, float | None]:
     out["s_mul_hi_i32"] = count("s_mul_hi_i32")
     out["s_mul_hi_u32"] = count("s_mul_hi_u32")
     out["v_mad_u64_u32"] = count("v_mad_u64_u32")
+    out["mad_64"] = count("v_mad_u64_u32", "v_mad_i64_i32")
     insts = isa.parse(_text(isa_text))[0].instructions
     out["asm_s_waitcnt"] = sum(1 for i in insts if i.opcode == "s_waitcnt" and i.in_asm_block)
     mfma_at = [n for n, i in enumerate(insts) if i.opcode.startswith("v_mfma")]

@@ -92,9 +92,9 @@ from .moe_shape import (  # noqa: F401 - the contract's shape names, re-exported
 )
 
 NAME = "moe2"
-#: Switches whose seed change touches only the non-atomic (prefill) path: at decode their rung is the
-#: same kernel as its predecessor, so their expectations can only hold at prefill.
-NON_ATOMIC_ONLY = frozenset({"backend_waitcnt", "epilogue_strength_reduction"})
+#: The seed's backend_waitcnt and epilogue_strength_reduction touch only the non-atomic (prefill) path: at
+#: decode their rung is the same kernel as its predecessor, so their expectations say ``regimes=PREFILL``.
+PREFILL = ("prefill",)
 LABEL = "MoE gemm2"
 METRICS = "moe"
 
@@ -145,9 +145,10 @@ SWITCHES = _family.switch_table(
         metric="prefill: the inline-asm waits go (asm_s_waitcnt 4 -> 0 at Kimi, 2 -> 0 at the small shape), "
         "s_waitcnt falls (Kimi 66 -> 54, small 37 -> 35) and so does the tile loop's loop_s_waitcnt at Kimi "
         "(31 -> 25; aiter 29 -> 24; the small shape's one K tile: 17 -> 17); decode unchanged (the same kernel).",
-        expects=(Expect("asm_s_waitcnt", "zero", note="prefill: Kimi 4 -> 0; decode keeps the seed's atomic fence"),
+        expects=(Expect("asm_s_waitcnt", "zero", note="Kimi 4 -> 0; decode keeps the seed's atomic fence",
+                        regimes=PREFILL),
                  Expect("s_waitcnt", "down", seed_before=64, seed_after=52,
-                        note="prefill, whole PR for aiter; ours 66 -> 54 for this switch at Kimi")),
+                        note="whole PR for aiter; ours 66 -> 54 for this switch at Kimi", regimes=PREFILL)),
     ),
     Switch(
         "epilogue_strength_reduction", "Hoist the row x N_OUT multiply out of the store loop.", PR_3828,
@@ -161,8 +162,10 @@ SWITCHES = _family.switch_table(
         metric="prefill: the 64-bit multiply-adds (v_mad_i64_i32 + v_mad_u64_u32) fall 64 -> 2 (Kimi; aiter "
         "64 -> 2), instructions 1910 -> 1428, loop_instructions 911 -> 642 (aiter 924 -> 630 over the whole "
         "PR); decode unchanged (its atomic epilogue's offsets are 32-bit in both PR sides).",
-        expects=(Expect("instructions", "down", note="prefill; Kimi 1910 -> 1428 (decode: the same kernel)"),
-                 Expect("loop_instructions", "down", note="prefill; Kimi 911 -> 642")),
+        expects=(Expect("mad_64", "down", seed_before=64, seed_after=2,
+                        note="Kimi 64 -> 2; 0 -> 0 where N_OUT is a power of two (a shift)", regimes=PREFILL),
+                 Expect("instructions", "down", note="Kimi 1910 -> 1428", regimes=PREFILL),
+                 Expect("loop_instructions", "down", note="Kimi 911 -> 642", regimes=PREFILL)),
     ),
 )
 

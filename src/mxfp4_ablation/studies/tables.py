@@ -34,7 +34,7 @@ def fmt(value) -> str:
 def moved(before: float, after: float, direction: str) -> bool:
     """Did the metric move the ``direction`` from ``before`` (switch off) to ``after`` (switch on)?
     (:meth:`mxfp4_ablation.family.Expect.holds`: ``down`` / ``up`` strictly, ``zero``, ``same``; False
-    when either value is missing.)"""
+    when a value is missing, but ``same`` holds when both are.)"""
     from ..family import Expect
 
     return Expect("metric", direction).holds(before, after)
