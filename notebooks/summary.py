@@ -34,11 +34,12 @@ seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
 verify_leave_one_out = True
 modelled = True  # the timing model's per-step deltas, waterfall, leave-one-out, order of impact, MoE ratios
-fidelity = True  # first/last rungs vs the seeds' before/after kernels (where mxfp4_ablation.fidelity exists)
+fidelity = True  # first/last rungs vs the seeds' before/after kernels (compiles both rungs at the upstream shapes)
 
 # %%
 from IPython.display import Markdown, display
 
+from mxfp4_ablation import fidelity as fid_view
 from mxfp4_ablation.studies import gemm
 
 report = gemm.summary_report(out_dir, mode, isa_shape, shapes, seeds, iterations, verify_leave_one_out,
@@ -130,7 +131,12 @@ if gemm_model:
 # (static counts; the upstream numbers are committed in `experiments/reference/fingerprints.csv`).
 
 # %%
-report.fidelity if report.fidelity is not None else Markdown(f"*Not shown:* {report.fidelity_note}")
+if report.fidelity is not None:
+    display(fid_view.summary(report.fidelity))
+    display(fid_view.wide(report.fidelity[report.fidelity["case"] == fid_view.FIGURE_CASES["gemm"]]))
+    display(report.figure("fidelity"))
+else:
+    display(Markdown(f"*Not shown:* {report.fidelity_note}"))
 
 # %% [markdown]
 # ## The README's ladder table (generated from the tables above)
@@ -221,4 +227,9 @@ if moe_model:
 # ### MoE fidelity: first/last rungs against aiter's kernels before and after PR #3828
 
 # %%
-moe_report.fidelity if moe_report.fidelity is not None else Markdown(f"*Not shown:* {moe_report.fidelity_note}")
+if moe_report.fidelity is not None:
+    display(fid_view.summary(moe_report.fidelity))
+    display(fid_view.wide(moe_report.fidelity))
+    display(moe_report.figure("fidelity"))
+else:
+    display(Markdown(f"*Not shown:* {moe_report.fidelity_note}"))

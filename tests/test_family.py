@@ -84,9 +84,17 @@ def test_records_refuse_bad_values():
     ("down", 5, 3, True), ("down", 3, 3, False), ("up", 1, 2, True), ("zero", 4, 0, True), ("zero", 4, 1, False),
     ("zero", 0, 0, False),
     ("same", 2, 2, True), ("same", 2, 3, False), ("down", float("nan"), 1, False), ("up", None, 1, False),
+    ("same", None, float("nan"), True), ("same", None, 1, False), ("down", None, None, False),
 ])
 def test_expect_holds(direction, before, after, holds):
     assert Expect("m", direction).holds(before, after) is holds
+
+
+def test_expect_regimes_expect_no_change_where_the_switch_does_not_act():
+    e = Expect("mad_64", "down", 64, 2, regimes=("prefill",))
+    assert [e.direction_in(r) for r in ("prefill", "decode", None)] == ["down", "same", "down"]
+    assert Expect("m", "up").direction_in("decode") == "up"
+    assert e.text() == "`mad_64` down (prefill only) (seed: 64 -> 2)"
 
 
 def test_expect_text_quotes_the_seed_numbers():

@@ -134,3 +134,36 @@ def test_plot_is_deterministic(gemm_case, tmp_path):
         fidelity.plot_fidelity(table.iloc[0:0])
     with pytest.raises(fidelity.FidelityError, match="no \\(seed, case\\)"):
         fidelity.plot_fidelity(table, cases={"gemm": "1x1x1"})
+
+
+def test_markdown_lists_in_band_counts_and_every_metric_outside(gemm_case):
+    df, ours = gemm_case
+    table = fidelity.fidelity_table(["gemm"], fingerprints=df, ours=ours, rungs={"gemm": ("gemm-v1", "gemm-v7")})
+    md = fidelity.markdown(table).splitlines()
+    assert md[0].startswith("| seed | case | ours ~ upstream | within band |")
+    first, last = md[2], md[3]
+    assert first.startswith("| gemm | 8192x8192x8192 | gemm-v1 ~ daee90e4 | ")
+    # before: vgpr 464 vs 508 (-8.7 %, in band), insts 162 vs 199 (-19 %, out), loop waits only upstream's
+    assert "insts_before_first_buffer_load 162 vs 199 (-19 %)" in first and "vgpr_unified" not in first
+    assert "loop_s_waitcnt – vs 34 (only one has it)" in first
+    assert "| gemm | 8192x8192x8192 | gemm-v7 ~ 741f3d6d | " in last and "mfma 768 vs 1024 (-25 %)" in last
+    with pytest.raises(fidelity.FidelityError, match="empty"):
+        fidelity.markdown(table.iloc[0:0])
+
+
+def test_summary_run_fidelity_feeds_the_readme_block_and_the_figure(gemm_case, tmp_path):
+    from mxfp4_ablation import figures, provenance, results
+    from mxfp4_ablation.studies import gemm as G, readme, views
+
+    df, ours = gemm_case
+    table = fidelity.fidelity_table(["gemm"], fingerprints=df, ours=ours, rungs={"gemm": ("gemm-v1", "gemm-v7")})
+    assert readme.fidelity_from_run(G.STUDY, tmp_path) is None  # a run without the table: no block
+    results.write_table(table, tmp_path / G.STUDY.summary_table("fidelity"), provenance.collect("static"))
+    block = readme.fidelity_from_run(G.STUDY, tmp_path)
+    assert block == fidelity.markdown(results.read_table(tmp_path / "fidelity.parquet")[0])
+    begin, end = readme.fidelity_markers("gemm")
+    text = readme.replace_between_markers(f"x\n{begin}\nold\n{end}\n", block, begin, end)
+    assert "gemm-v1 ~ daee90e4" in text and "old" not in text
+    assert "gemm/fidelity" in figures.load()
+    fig = views.draw_fidelity(G.VIEW, tmp_path)
+    assert len(fig.axes) == 1

@@ -458,3 +458,19 @@ def test_compiled_lds_kernel_with_inline_asm(compiled):
     assert m["vgpr_unified"] > 5
     ds = [o for o in m["opcode_histogram"] if o.startswith("ds_")]
     assert sorted(ds) == ["ds_read_b32", "ds_write_b32"]
+
+
+def test_max_lds_run_counts_lds_traffic_between_mfmas():
+    text = _kernel_text(
+        ".LBB0_1:\n\tbuffer_load_dwordx4 v1, s[0:3], 0 offen lds\n\tds_read_b128 v[2:5], v0\n"
+        "\tv_add_u32 v6, v6, v7\n\tds_read_b128 v[8:11], v0 offset:64\n"
+        "\tv_mfma_f32_16x16x32_bf16 v[0:3], v[2:5], v[8:11], v[0:3]\n"
+        "\tbuffer_load_dwordx4 v[12:15], v1, s[0:3], 0 offen\n\tds_read_b128 v[2:5], v0\n"
+        "\tv_mfma_f32_16x16x32_bf16 v[0:3], v[2:5], v[8:11], v[0:3]\n\ts_cbranch_scc1 .LBB0_1\n"
+    )
+    body = isa.hot_loop(text)
+    # the DMA and two ds_reads before the first MFMA (the VALU between them does not break the run);
+    # a plain buffer_load is not LDS traffic
+    assert isa.max_lds_run(body) == 3
+    assert isa.max_lds_run(None) is None
+    assert isa.fingerprint(text)["loop_max_lds_run"] == 3

@@ -60,9 +60,11 @@ reads); ``hidden_states`` bf16 ``[M, H]`` (read at block_m 16 only; ``a_quant`` 
 as the seed's argument list).  Every tensor is passed flattened 1-D.  Blocks past ``num_valid_ids[0]``
 are not written (the buffers start zeroed).
 
-Where we differ from the seed, on purpose: 3 A stages at block_m 128 too (the seed uses 2 there, and
-refills the stage it has just read after one barrier: correct only because the LDS-DMA lands long after
-every wave's ``ds_read``; our emulator's random delivery would catch it), W rows separated gate/up (the
+Where we differ from the seed, on purpose: 3 A stages at block_m 128 too (the seed uses 2 there and
+refills the stage it has just read after one barrier; in our schedule that refill could overwrite a stage
+another wave is still reading unless the LDS-DMA lands late, the kind of ordering our emulator's random
+delivery is there to catch, so we keep 3; whether the seed's own schedule has that race was not checked
+here), W rows separated gate/up (the
 seed interleaves 16-row tiles; same loads), our MoE requant rule in the epilogue (the seed's
 ``_e8m0_from_amax`` rounds differently; gemm2 and the study's reference consume ours).
 

@@ -59,7 +59,7 @@ K tiles, all preloaded (no K loop):
 
 Fidelity (``python -m mxfp4_ablation.fidelity moe2``: moe2-v0 vs aiter 46ecc4489, moe2-v4 vs aiter
 b242ba66a, Kimi-K2.5 TP=4, band 15 %): at decode every metric is in band on both sides (18 of 18);
-at prefill 22 of 24 (v0) and 21 of 24 (v4).  Outside, measured:
+at prefill 23 of 25 (v0) and 21 of 25 (v4).  Outside, measured:
 
 * ``agpr`` 24 vs 20 (v0), 20 vs 16 (v4): both kernels fill the 256 arch VGPRs and the allocator puts
   some of the second K tile's 16-byte A fragments (``ds_read_b128 a[..]``) in AGPRs -- ours 6 of 16
@@ -68,6 +68,10 @@ at prefill 22 of 24 (v0) and 21 of 24 (v4).  Outside, measured:
   resources in the prologue (the seed builds three per tile), so their constants and the lane offsets
   of the later scale/W2 loads are scheduled ahead of the first DMA. Building them per tile gives 97
   (v0, in band) and 55 (v4) but moves the v4 tile loop's waits out of band (28 vs 24), so we do not.
+* ``loop_max_lds_run`` 40 vs 24 (v4; v0 24 = 24): in the tile loop LLVM hoists the second K tile's 16
+  ``ds_read_b128`` up to the first tile's, ahead of its MFMAs, once the strength-reduced epilogue frees
+  registers (moe2-v3: 24).  A ``sched_barrier`` before the second tile's fence keeps them apart (24) but
+  moves the loop's waits out of band (30 vs 24), so we leave the compiler's order.
 * ``sign_fixes`` 0 vs 2 (v4): our strength-reduced epilogue zero-extends the lane's row and column
   (every index is >= 0), the seed sign-extends them (``fx.Int64``); sign-extending gives 4 (two
   v_ashrrev more than the seed's) and the loop's waits 28 vs 24.

@@ -682,7 +682,7 @@ class Study:
         if render:
             from .. import figures
 
-            for name in self.spec.summary_figures:
+            for name in self.spec.summary_figures + (("fidelity",) if fid is not None else ()):
                 full = f"{self.name}/{name}"
                 report.figures[full] = figures.render(full, out_dir)[0]
         return report

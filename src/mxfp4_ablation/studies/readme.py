@@ -85,6 +85,22 @@ def table_from_run(study, run: str | Path | None = None) -> str:
                         ablation.readme_columns(study.name, run), ablation.readme_note(study.name, run))
 
 
+def fidelity_markers(name: str) -> tuple[str, str]:
+    """The begin / end markers of study ``name``'s generated fidelity block in the README."""
+    cmd = "python -m mxfp4_ablation.studies readme-table"
+    return (f"<!-- {name}-fidelity:begin (generated: {cmd}) -->", f"<!-- {name}-fidelity:end -->")
+
+
+def fidelity_from_run(study, run: str | Path | None) -> str | None:
+    """The fidelity block from the summary run's fidelity table, or None when that run has none."""
+    path = Path(run) / study.summary_table("fidelity") if run is not None else None
+    if path is None or not path.is_file():
+        return None
+    from .. import fidelity
+
+    return fidelity.markdown(results.read_table(path)[0])
+
+
 def _latest():
     from .engine import SUMMARY_RUN
 
@@ -110,6 +126,10 @@ def update(path: str | Path, studies, run: str | Path | None = None) -> list[str
         found = ablation.readme_findings(study.name, run if run is not None else _latest())
         if fb in text and found:
             text = replace_between_markers(text, found, fb, fe)
+        gb, ge = fidelity_markers(study.name)
+        fid = fidelity_from_run(study, run if run is not None else _latest())
+        if gb in text and fid:
+            text = replace_between_markers(text, fid, gb, ge)
     if not done:
         raise StudyError(f"{path} has no generated-table markers")
     results.atomic_write_text(path, text)

@@ -271,6 +271,14 @@ def draw_summary_speed(view: View, run_dir: Path):
 # ============================================================================ registration
 
 
+def draw_fidelity(view: View, run_dir: Path):
+    """The summary's fidelity figure: the first / last rung against the seed's before / after kernels,
+    metric by metric (static counts; :func:`mxfp4_ablation.fidelity.plot_fidelity`)."""
+    from .. import fidelity
+
+    return fidelity.plot_fidelity(read(run_dir, f"{view.summary_prefix}fidelity.parquet"))
+
+
 def step_slugs(view: View) -> list[str]:
     """The step notebooks' names under ``notebooks/<view.name>/`` (FlyDSL-free: files, not the registry)."""
     folder = paths.REPO_ROOT / "notebooks" / view.name
@@ -294,5 +302,6 @@ def register(view: View, summary_run: str = "summary") -> None:
                view.published_figure: draw_published, "tflops": draw_summary_speed}
     for name in view.summary_figures:
         figure(f"{view.name}/{name}", run=summary_run)(functools.partial(drawers[name], view))
+    figure(f"{view.name}/fidelity", run=summary_run)(functools.partial(draw_fidelity, view))
     for slug in step_slugs(view):
         register_step(view, slug, baseline=slug.endswith("baseline"))
