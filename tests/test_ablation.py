@@ -191,6 +191,9 @@ def test_summary_figures_from_tables(tmp_path):
         assert "modelled" in [p for p in paths if p.suffix == ".svg"][0].read_text()
     facts = A.findings("gemm", {"modelled_waterfall": wf, "modelled_published": pub}, {}, {"band_pp": 1.0})
     assert any("Modelled ladder at 8192x8192x8192" in f and "+29.50%" in f for f in facts)
+    # the seed's span starts at the rung the fidelity view pairs with its before kernel (gemm-v1)
+    span = [f for f in facts if f.startswith("The seed's own span at 8192x8192x8192 (from gemm-v1")]
+    assert len(span) == 1 and "PR #990 published 4679 -> 5033" in span[0]
 
 
 def test_committed_step_speed_figures_are_distinct_files():

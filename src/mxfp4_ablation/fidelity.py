@@ -362,7 +362,7 @@ def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = FIGU
                     ax.scatter([x for x, _ in pts], [y for _, y in pts], s=14, marker=marker, color=colours[pair],
                                zorder=3)
             ax.set_xlim(-clip_pct * 1.05, clip_pct * 1.05)
-            ax.set_title(f"{seed} {case}", fontsize=8, loc="left")
+            ax.set_title(f"{seed} {case}", fontsize=8, loc="left", pad=12)  # above the source badge
             ax.set_xlabel("ours vs upstream, %")
             ax.legend(fontsize=6, loc="lower right")
         axes[0][0].set_yticks(range(len(metrics)))

@@ -681,6 +681,16 @@ def summary_section(study, out_dir, points: Sequence | None = None, render: bool
     return sm
 
 
+def _seed_first_rung(study: str) -> str | None:
+    """The rung the fidelity view pairs with the seed's before kernel (for a one-family study)."""
+    try:
+        from .. import fidelity
+    except ImportError:
+        return None
+    seed = fidelity.SEEDS.get(study)
+    return seed.first if seed is not None else None
+
+
 def findings(study: str, tables: dict, stats: dict, band: dict) -> list[str]:
     """Generated sentences: the biggest modelled step, the waterfall's total vs published, the order's rho,
     the MoE ratios. Every one says modelled."""
@@ -703,6 +713,12 @@ def findings(study: str, tables: dict, stats: dict, band: dict) -> list[str]:
               if "before_990" in p and "after_990" in p else "")
         out.append(f"Modelled ladder at {s}: {sub['variant'].iloc[0]} {first:.0f} -> {sub['variant'].iloc[-1]} "
                    f"{last:.0f} TFLOPS ({100 * (last / first - 1):+.2f}%){pb}.")
+        start = _seed_first_rung(study)
+        names = list(sub["variant"])
+        if start in names[1:]:
+            begin = float(sub["end"].iloc[names.index(start)])
+            out.append(f"The seed's own span at {s} (from {start}, the rung matching its before kernel, see the "
+                       f"fidelity table): {begin:.0f} -> {last:.0f} TFLOPS ({100 * (last / begin - 1):+.2f}%){pb}.")
     o = stats.get("order")
     if o:
         out.append(f"PR #990's impact order vs the modelled step deltas over its {o['n']} ranked switches we map: "

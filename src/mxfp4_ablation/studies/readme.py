@@ -45,8 +45,8 @@ def ladder_table(study, metrics: pd.DataFrame, expectations: pd.DataFrame,
         sub_e = tables.per_regime(exp, regime) if len(exp) else exp
         for name in [n for n in wide.index if study.variant(n).kind == "ladder"]:
             rows = sub_e[sub_e["variant"] == name] if len(sub_e) else sub_e
-            change = "; ".join(f"{r.metric} {fmt(r.before)} → {fmt(r.after)} {'✓' if r.as_intended else '✗'}"
-                               for r in rows.itertuples()) or "baseline"
+            change = "; ".join(f"{r.metric} {fmt(r.before)} → {fmt(r.after)}{' (same)' if r.direction == 'same' else ''}"
+                               f" {'✓' if r.as_intended else '✗'}" for r in rows.itertuples()) or "baseline"
             cells = [name] + ([regime] if regime else []) + [study.step_switch(name) or "–", change]
             cells += [fmt(wide.at[name, k]) if k in wide.columns else "–" for k, _ in show]
             cells += list(modelled.get((name, regime), ("–", "–"))) if modelled else []
