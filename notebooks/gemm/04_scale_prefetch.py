@@ -26,7 +26,7 @@ shapes = None  # None: the mode's defaults (emulated: 256x256x3072 and 512x512x3
 isa_shape = [8192, 8192, 8192]  # where the ISA is read
 seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
-modelled = True  # the timing model's speed too, where mxfp4_ablation.modelled exists
+modelled = True  # the timing model's speed too (labelled modelled)
 
 # %% [markdown]
 # The switch's own record (the seed's claim, the mechanism, the metric it should move), rendered:

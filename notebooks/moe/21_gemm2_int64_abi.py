@@ -27,7 +27,7 @@ cases = None  # None: the mode's defaults (off-device: the small test MoE, decod
 isa_cases = None  # None: Kimi-K2.5 TP=4, decode 16 tokens (block_m 16) and prefill 4096 (block_m 128)
 seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
-modelled = True  # the timing model's speed too, where mxfp4_ablation.modelled exists
+modelled = True  # the timing model's speed too (labelled modelled)
 
 # %% [markdown]
 # The switch's own record (the seed's claim, the mechanism, the metric it should move), rendered:

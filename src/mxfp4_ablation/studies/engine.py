@@ -694,13 +694,9 @@ SUMMARY_RUN = "summary"
 
 def fidelity_section(study: "Study") -> tuple:
     """The default fidelity view: :func:`mxfp4_ablation.fidelity.fidelity_table` for the seeds whose
-    rungs are this study's, or ``(None, why)`` when that module is not part of this checkout."""
-    try:
-        fid = importlib.import_module("mxfp4_ablation.fidelity")
-    except ModuleNotFoundError as err:
-        if err.name == "mxfp4_ablation.fidelity":
-            return None, "the fidelity view (mxfp4_ablation.fidelity) is not part of this checkout yet"
-        raise
+    rungs are this study's, or ``(None, why)`` when no seed starts its ladder."""
+    from .. import fidelity as fid
+
     mine = study.variants()
     seeds = [name for name, seed in fid.SEEDS.items() if getattr(seed, "first", None) in mine]
     if not seeds:

@@ -15,7 +15,6 @@ metric, value, low, high, detail, available``; every value says its kind.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -140,16 +139,10 @@ def measure_or_why(pairs, shapes, iterations, out_dir, name: str = "timing", tab
 
 
 def timing_model(variant: str, shape: tuple) -> dict:
-    """The default modelled source: ``mxfp4_ablation.modelled.model`` (the timing model), when it exists."""
-    try:
-        module = importlib.import_module("mxfp4_ablation.modelled")
-    except ModuleNotFoundError as err:
-        if err.name == "mxfp4_ablation.modelled":
-            raise NotImplementedError("the timing model (mxfp4_ablation.modelled) is not part of this checkout yet")
-        raise
-    from .ablation import modelled_source  # the per-step deltas' source: same sample, same cache entry
+    """The default modelled source: the timing model through :func:`.ablation.modelled_source` (the
+    per-step deltas' source: same sample, same cache entry)."""
+    from .ablation import modelled_source
 
-    del module
     return modelled_source(variant, tuple(shape))
 
 

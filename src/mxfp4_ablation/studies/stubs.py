@@ -38,7 +38,7 @@ PARAMETERS = {
              'isa_shape = [8192, 8192, 8192]  # where the ISA is read\n'
              'seeds = [0]\n'
              'iterations = 100  # timed A/B pairs per process (device mode only)\n'
-             'modelled = True  # the timing model\'s speed too, where mxfp4_ablation.modelled exists\n',
+             'modelled = True  # the timing model\'s speed too (labelled modelled)\n',
              "step = gemm.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations, isa_shape,\n"
              "                        modelled=modelled)"),
     "moe": ('baseline = None  # None: the ladder predecessor\n'
@@ -46,7 +46,7 @@ PARAMETERS = {
             'isa_cases = None  # None: Kimi-K2.5 TP=4, decode 16 tokens (block_m 16) and prefill 4096 (block_m 128)\n'
             'seeds = [0]\n'
             'iterations = 100  # timed A/B pairs per process (device mode only)\n'
-            'modelled = True  # the timing model\'s speed too, where mxfp4_ablation.modelled exists\n',
+            'modelled = True  # the timing model\'s speed too (labelled modelled)\n',
             "step = moe.step_report(variant, baseline, cases, mode, seeds, out_dir, iterations, isa_cases,\n"
             "                       modelled=modelled)"),
 }
