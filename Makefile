@@ -131,3 +131,23 @@ clean: ## remove caches and run stamps (keeps experiments/ results and figures/)
 
 # The summary reads what the step notebooks wrote: it runs after all of them.
 $(STAMP_DIR)/summary.done: $(filter-out $(STAMP_DIR)/summary.done,$(STAMPS))
+
+# ---- make upstream -------------------------------------------------------------------------------
+# The upstream kernels the study compares against, as a user would get them: FlyDSL (daee90e4, 741f3d6d)
+# and aiter (46ecc4489, b242ba66a) fetched with git at the pinned commits into the ignored upstream/
+# folder, Debian's rocm-device-libs bitcode (apt-get download; the three kernels that call ocml/ockl
+# need it), every kernel compiled offline into upstream/out (cached). Without network point the
+# sources at a local clone or mirror: make upstream FLYDSL_GIT=/path/FlyDSL AITER_GIT=/path/aiter;
+# DEVICE_LIBS=<amdgcn/bitcode folder> or ROCM_DEVICE_LIBS_DEB=<the .deb> skip apt-get.
+# Then: python -m mxfp4_ablation.upstream fingerprints (experiments/reference/fingerprints.csv),
+# python -m mxfp4_ablation.modelled validate --upstream-out upstream/out --write experiments/reference/timing_validation.csv
+.PHONY: upstream
+UPSTREAM_DIR ?= upstream
+FLYDSL_GIT ?= https://github.com/ROCm/FlyDSL.git
+AITER_GIT ?= https://github.com/ROCm/aiter.git
+DEVICE_LIBS ?=
+ROCM_DEVICE_LIBS_DEB ?=
+upstream: $(SETUP_STAMP) ## fetch + compile the upstream FlyDSL / aiter kernels into upstream/ (ignored)
+	PYTHONPATH=src $(PY) -m mxfp4_ablation.upstream build --root $(UPSTREAM_DIR) \
+	  --flydsl-git "$(FLYDSL_GIT)" --aiter-git "$(AITER_GIT)" \
+	  $(if $(DEVICE_LIBS),--device-libs "$(DEVICE_LIBS)") $(if $(ROCM_DEVICE_LIBS_DEB),--device-libs-deb "$(ROCM_DEVICE_LIBS_DEB)")

@@ -254,3 +254,20 @@ def test_one_small_step_notebook_executes(tmp_path, monkeypatch):
     assert set(speed["kind"]) >= {"measured", "published"} and prov["mode"] == "static"
     assert not speed.loc[speed["kind"] == "measured", "available"].any()
     assert (tmp_path / "figures" / "gemm" / "00_baseline_speed.svg").is_file()
+
+
+@pytest.mark.parametrize("study", sorted(stubs.PARAMETERS))
+def test_papermill_reads_every_parameter_of_the_step_template(study, caplog):
+    """papermill parses each parameter line (one `=` per line: a comment holding another `=`, like
+    'TP=4', makes it warn 'Unable to parse line N' and drop that parameter from its inspection)."""
+    import logging
+
+    from papermill.translators import PythonTranslator
+
+    text = stubs.render(study, "x-v1", "t", "s")
+    cell = text.split('# %% tags=["parameters"]\n', 1)[1].split("\n# %%", 1)[0]
+    names = [line.split("=", 1)[0].strip() for line in cell.splitlines() if line.strip() and not line.startswith("#")]
+    with caplog.at_level(logging.WARNING, logger="papermill"):
+        found = [p.name for p in PythonTranslator.inspect({"source": cell})]
+    assert not [r for r in caplog.records if "Unable to parse" in r.getMessage()]
+    assert found == names and "modelled_shapes" in names and "hot_loop_lines" in names

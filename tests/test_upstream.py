@@ -1,7 +1,8 @@
 """Tests for mxfp4_ablation.upstream (checkouts, CLI errors, named kernargs) and isa.fingerprint.
 
-Compiling upstream kernels needs an upstream checkout (outside the repository): the tests that do
-take its path from ``MXFP4_FLYDSL_CHECKOUT`` / ``MXFP4_AITER_CHECKOUT`` and skip without one.
+Compiling upstream kernels needs an upstream checkout: the tests that do (marker ``upstream``, counted
+at the end of the run) take ``make upstream``'s checkouts under ``upstream/`` or the paths in
+``MXFP4_FLYDSL_CHECKOUT`` / ``MXFP4_AITER_CHECKOUT``, and skip without one saying how to get it.
 Everything else runs on tiny synthetic trees and hand-written ISA.
 """
 
@@ -193,27 +194,45 @@ def test_device_libs_digest_needs_bitcode(tmp_path):
 # ---------------------------------------------------------------------------------- real compiles
 
 
-def _checkout(var: str) -> Path:
+def _checkout(var: str, project: str, commit: str) -> Path:
+    """``$var``, else ``make upstream``'s checkout of ``commit``; skip (counted) saying how to get one."""
+    from conftest import need, upstream_root
+
     value = os.environ.get(var)
-    if not value:
-        pytest.skip(f"set {var} to an upstream checkout to compile it")
-    return Path(value)
+    return need(Path(value) if value else upstream_root() / f"{project}-{commit}", f"a {project} checkout at {commit}")
 
 
 @pytest.mark.slow
+@pytest.mark.upstream
 def test_flydsl_gemm_compiles_from_a_checkout():
-    root = _checkout("MXFP4_FLYDSL_CHECKOUT")
+    root = _checkout("MXFP4_FLYDSL_CHECKOUT", "flydsl", "741f3d6d")
     text = upstream.flydsl_gemm_isa(root, 8192, 8192, 8192)
     fp = isa.fingerprint(text)
     assert fp["mfma"] > 0 and fp["lds_bytes"] >= 128 * 1024 and fp["kernarg_bytes"] == 84
 
 
 @pytest.mark.slow
+@pytest.mark.upstream
 def test_aiter_moe_gemm2_decode_compiles_from_a_checkout():
-    root = _checkout("MXFP4_AITER_CHECKOUT")
-    helpers = os.environ.get("MXFP4_FLYDSL_CHECKOUT")
+    root = _checkout("MXFP4_AITER_CHECKOUT", "aiter", "b242ba66a")
+    helpers = _checkout("MXFP4_FLYDSL_CHECKOUT", "flydsl", "741f3d6d")
     fp = isa.fingerprint(upstream.aiter_moe_isa(root, "gemm2", "decode", flydsl_helpers=helpers))
     assert fp["mfma"] == 16 and fp["global_atomic"] > 0 and fp["lds_bytes"] == 16384
+
+
+@pytest.mark.upstream
+def test_the_committed_fingerprints_are_what_the_upstream_build_gives():
+    """experiments/reference/fingerprints.csv is regenerated from `make upstream`'s output, bit for bit."""
+    from conftest import need, upstream_out
+
+    out = need(upstream_out(), "the compiled upstream kernels")
+    import csv
+
+    with open(Path(upstream.__file__).parents[2] / "experiments" / "reference" / "fingerprints.csv") as f:
+        committed = [{k: v for k, v in r.items() if k != "command"} for r in csv.DictReader(f)]
+    built = [{k: ("" if r[k] is None else str(r[k])) for k in upstream.FINGERPRINT_COLUMNS if k != "command"}
+             for r in upstream.fingerprint_rows(out)]
+    assert built == committed
 
 
 def test_fingerprint_rows_and_csv_from_written_isa(tmp_path):

@@ -27,6 +27,8 @@ isa_shape = [8192, 8192, 8192]  # where the ISA is read
 seeds = [0]
 iterations = 100  # timed A/B pairs per process (device mode only)
 modelled = True  # the timing model's speed too (labelled modelled)
+modelled_shapes = None  # None: PR #990's four; or e.g. [[8192, 8192, 8192]]
+hot_loop_lines = 80  # rows of the side-by-side hot loop shown; None: all
 
 # %% [markdown]
 # The switch's own record (the seed's claim, the mechanism, the metric it should move), rendered:
@@ -60,15 +62,26 @@ step.figure("isa_diff")
 
 # %% [markdown]
 # ## The hot loop, side by side (predecessor | step)
-# `step.hot_loop(regime, lines=None)` shows all of it; `step.isa_text(name)` is the whole `.s`.
+# Per regime, the first `hot_loop_lines` rows (the parameter; None: all); a kernel without a loop says
+# so. `step.hot_loop(regime, lines=None)` is the whole loop, `step.isa_text(name, regime)` the whole `.s`.
 
 # %%
-step.hot_loop()
+from IPython.display import Markdown, display
+
+for regime in step.isa_cases:
+    loop = step.hot_loop(regime, lines=None)
+    where = f"{regime}: " if regime else ""
+    if loop.empty or not (loop != "").any().any():
+        display(Markdown(f"*{where}no loop in either kernel* (straight-line code: K is fully unrolled)."))
+        continue
+    shown = len(loop) if hot_loop_lines is None else min(len(loop), hot_loop_lines)
+    display(Markdown(f"{where}{len(loop)} loop rows, the first {shown} shown (`hot_loop_lines`)."))
+    display(loop.head(shown))
 
 # %% [markdown]
 # ## Speed
-# Every value says its kind: *measured* (an MI355X, paired A/B with CIs), *modelled* (the timing model,
-# where it exists) or *published* (the seed's own figures); a kind that is missing says why.
+# Every value says its kind: *measured* (an MI355X, paired A/B with CIs), *modelled* (the gfx950emu timing
+# model) or *published* (the seed's own figures); a kind that is missing says why.
 
 # %%
 step.speed_table()
@@ -79,15 +92,14 @@ step.figure("speed")
 # %% [markdown]
 # ## What this step buys, *modelled*
 # The gfx950emu timing model (every value labelled *modelled*, with the model's version and clock; never
-# measured): the step and its predecessor at PR #990's four shapes; the delta in % with the model's error band (the
-# rule is printed below, from `experiments/reference/timing_validation.csv`) and what bounds it.
+# measured): the step and its predecessor at PR #990's four shapes (parameter `modelled_shapes`);
+# the delta in % with the model's error band (the rule is printed below, from
+# `experiments/reference/timing_validation.csv`) and what bounds it.
 
 # %%
-from IPython.display import Markdown, display
-
 from mxfp4_ablation.studies import ablation
 
-model = ablation.step_section(step) if modelled else None
+model = ablation.step_section(step, modelled_shapes) if modelled else None
 display(model.table() if model else Markdown("*Not modelled in this run* (`modelled = False`)."))
 if model:
     display(Markdown(f"Error band: {model.band['rule']}."))

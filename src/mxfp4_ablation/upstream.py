@@ -289,9 +289,16 @@ def _entry_digest() -> str:
     return hashlib.sha256(f"{ENTRY_VERSION}\n{text}".encode()).hexdigest()
 
 
+#: Parameters that are places on this machine: left out of the cache key, which has their content
+#: digests instead (``digest`` covers the checkout and the FlyDSL helpers, ``device_libs_digest`` the
+#: bitcode), so the same checkout compiled from another folder is a cache hit.
+_PLACES = ("checkout", "flydsl_helpers", "device_libs")
+
+
 def _key(target: str, params: dict[str, Any], arch: str) -> str:
+    content = {k: v for k, v in params.items() if k not in _PLACES}
     payload = json.dumps({"toolchain": toolchain.TOOLCHAIN_VERSION, "upstream": _entry_digest(), "target": target,
-                          "params": params, "arch": arch, "flydsl": toolchain.flydsl_version()},
+                          "params": content, "arch": arch, "flydsl": toolchain.flydsl_version()},
                          sort_keys=True, default=str)
     return "up-" + hashlib.sha256(payload.encode()).hexdigest()
 
@@ -497,8 +504,20 @@ def write_isa(artifact: toolchain.Artifact, out: Path, info: dict[str, Any]) -> 
     return out
 
 
+def repo_relative(path: Path | str) -> str:
+    """``path`` relative to the repository root when it lies inside it (how committed data names
+    places: ``upstream/out``), else as given."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(paths.REPO_ROOT)) if p.is_absolute() or p.exists() else str(p)
+    except ValueError:
+        return str(p)
+
+
 def _cli_command(argv: list[str]) -> str:
-    return "PYTHONPATH=src python -m mxfp4_ablation.upstream " + " ".join(argv)
+    """The command as a reader reruns it from the repository root (paths inside it made relative)."""
+    words = [repo_relative(a) if (os.sep in a and not a.startswith("-") and Path(a).exists()) else a for a in argv]
+    return "PYTHONPATH=src python -m mxfp4_ablation.upstream " + " ".join(words)
 
 
 def compile_flydsl_gemms(checkout: Path, commit: str, out_root: Path, shapes=PR990_SHAPES,
@@ -595,6 +614,10 @@ def compile_aiter_moes(checkout: Path, commit: str, out_root: Path, command: str
                 "flydsl_helpers": params.get("flydsl_helpers"), "device_libs": params.get("device_libs"),
                 "device_libs_digest": params.get("device_libs_digest"), "note": "; ".join(notes)}
         written.append(write_isa(art, base.with_suffix(".s"), info))
+    if commit == AITER_ASM_COMMIT:
+        co = copy_aiter_asm(root, out_root)
+        if co is not None:
+            written.append(co)
     return written
 
 
@@ -682,15 +705,181 @@ def _parse_shape(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"shape {text!r} must look like 8192x8192x8192") from None
 
 
-def _default_out() -> Path | None:
+# --------------------------------------------------------------------------------------------
+# `make upstream`: fetch the pinned commits, extract them, get the device libraries, compile
+# --------------------------------------------------------------------------------------------
+
+FLYDSL_URL = "https://github.com/ROCm/FlyDSL.git"
+AITER_URL = "https://github.com/ROCm/aiter.git"
+#: FlyDSL before PR #990 and its merge; aiter before PR #3828 and its merge (the study's seeds).
+FLYDSL_COMMITS = ("daee90e485e7e872c54a2ebd147228219f0b367e", "741f3d6d322182b451f7b48600385ec9a5415794")
+AITER_COMMITS = ("46ecc4489dfd9935c6877665eeae480f54d010b4", "b242ba66a610c02018daa55a5c9c9bdc33a5dabf")
+#: The FlyDSL checkout whose ``kernels/common/buffer_ops.py`` aiter's kernels import (FlyDSL PR #880).
+HELPERS_COMMIT = FLYDSL_COMMITS[1]
+#: aiter's hand-written MXFP4 GEMM that PR #990 compares against (a code object, copied to
+#: ``<out>/aiter/`` from the aiter checkout at :data:`AITER_ASM_COMMIT` for the timing model's validation).
+AITER_ASM_CO = "hsa/gfx950/f4gemm/f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256.co"
+AITER_ASM_COMMIT = AITER_COMMITS[1]
+DEVICE_LIBS_PACKAGE = "rocm-device-libs"
+_BITCODE = "usr/lib/x86_64-linux-gnu/amdgcn/bitcode"
+
+
+def upstream_root() -> Path:
+    """Where ``make upstream`` puts everything: the repository's ignored ``upstream/`` folder
+    (``MXFP4_UPSTREAM`` overrides it)."""
+    value = os.environ.get("MXFP4_UPSTREAM")
+    return Path(value) if value else paths.REPO_ROOT / "upstream"
+
+
+def default_out() -> Path:
+    """The compiled upstream kernels: ``MXFP4_UPSTREAM_OUT``, else ``<upstream_root()>/out``."""
     value = os.environ.get("MXFP4_UPSTREAM_OUT")
-    return Path(value) if value else None
+    return Path(value) if value else upstream_root() / "out"
+
+
+def checkout_dir(project: str, commit: str, root: Path | str | None = None) -> Path:
+    """``<root>/flydsl-<commit8>`` or ``<root>/aiter-<commit9>`` (how ``build`` names its checkouts)."""
+    root = Path(root) if root is not None else upstream_root()
+    return root / (f"flydsl-{commit[:8]}" if project == "flydsl" else f"aiter-{commit[:9]}")
+
+
+def _git(*args: str, git_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True)
+
+
+def fetch(source: str, git_dir: Path | str, commits) -> Path:
+    """Make the bare repository ``git_dir`` hold every commit of ``commits``, fetched from ``source``
+    (a URL, a clone or a bare mirror): commits already there are not fetched again; each missing one
+    is fetched alone (``--depth 1``, what GitHub serves by id), and if the source refuses that, its
+    branches are fetched whole. One clear error if a commit is still missing."""
+    git_dir = Path(git_dir)
+    if not (git_dir / "HEAD").is_file():
+        git_dir.mkdir(parents=True, exist_ok=True)
+        init = subprocess.run(["git", "init", "--quiet", "--bare", str(git_dir)], capture_output=True, text=True)
+        if init.returncode != 0:
+            raise UpstreamError(f"git init {git_dir} failed: {init.stderr.strip()}")
+    have = lambda c: _git("cat-file", "-e", f"{c}^{{commit}}", git_dir=git_dir).returncode == 0  # noqa: E731
+    missing = [c for c in commits if not have(c)]
+    for commit in missing:
+        got = _git("fetch", "--quiet", "--depth", "1", source, commit, git_dir=git_dir)
+        if got.returncode != 0 or not have(commit):
+            _git("fetch", "--quiet", source, "+refs/heads/*:refs/remotes/source/*", git_dir=git_dir)
+        if not have(commit):
+            why = (got.stderr.strip().splitlines() or ["not found"])[-1]
+            raise UpstreamError(f"could not fetch {commit[:12]} from {source} ({why}); with no network, point "
+                                "FLYDSL_GIT= / AITER_GIT= at a local clone or mirror.")
+    return git_dir
+
+
+def _deb_version(deb: Path) -> str:
+    out = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise UpstreamError(f"{deb} is not a .deb dpkg-deb can read ({out.stderr.strip() or 'no dpkg-deb'}).")
+    return out.stdout.strip().split("-")[0]
+
+
+def device_libs(root: Path | str, deb: Path | str | None = None) -> Path:
+    """The ROCm device-library bitcode folder for the kernels that call ocml/ockl: Debian's
+    ``rocm-device-libs`` unpacked under ``<root>/rocm-device-libs-<version>/`` -- from ``deb`` when
+    given, else ``apt-get download rocm-device-libs`` (no root needed) -- or one already there."""
+    root = Path(root)
+    if deb is None:
+        found = sorted(root.glob(f"{DEVICE_LIBS_PACKAGE}-*/{_BITCODE}"))
+        if found:
+            return found[-1]
+        if not shutil.which("apt-get"):
+            raise UpstreamError("no device-library bitcode: without apt-get, give DEVICE_LIBS=<ROCm's "
+                                "amdgcn/bitcode folder> (or ROCM_DEVICE_LIBS_DEB=<rocm-device-libs .deb>).")
+        with tempfile.TemporaryDirectory(prefix="mxfp4-devlibs-") as tmp:
+            got = subprocess.run(["apt-get", "download", DEVICE_LIBS_PACKAGE], cwd=tmp, capture_output=True, text=True)
+            debs = sorted(Path(tmp).glob(f"{DEVICE_LIBS_PACKAGE}_*.deb"))
+            if got.returncode != 0 or not debs:
+                why = (got.stderr.strip().splitlines() or ["no package"])[-1]
+                raise UpstreamError(f"apt-get download {DEVICE_LIBS_PACKAGE} failed ({why}); give DEVICE_LIBS=<an "
+                                    "amdgcn/bitcode folder> or ROCM_DEVICE_LIBS_DEB=<the .deb>.")
+            return device_libs(root, debs[0])
+    deb = Path(deb)
+    if not deb.is_file():
+        raise UpstreamError(f"{deb} does not exist (ROCM_DEVICE_LIBS_DEB).")
+    dest = root / f"{DEVICE_LIBS_PACKAGE}-{_deb_version(deb)}"
+    if not (dest / _BITCODE).is_dir():
+        tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        out = subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], capture_output=True, text=True)
+        if out.returncode != 0 or not (tmp / _BITCODE).is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise UpstreamError(f"{deb} has no {_BITCODE} ({out.stderr.strip() or 'wrong package'}).")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+    return dest / _BITCODE
+
+
+def copy_aiter_asm(checkout: Path | str, out_root: Path | str) -> Path | None:
+    """Copy aiter's hand-written f4gemm code object (:data:`AITER_ASM_CO`) to ``<out_root>/aiter/``."""
+    src = Path(checkout) / AITER_ASM_CO
+    if not src.is_file():
+        return None
+    dest = Path(out_root) / "aiter" / src.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dest)
+    return dest
+
+
+def build(root: Path | str | None = None, *, flydsl_git: str = FLYDSL_URL, aiter_git: str = AITER_URL,
+          libs: Path | str | None = None, deb: Path | str | None = None, out: Path | str | None = None,
+          log=print) -> Path:
+    """What ``make upstream`` does: fetch FlyDSL and aiter at the pinned commits into bare
+    repositories under ``root`` (``git/``), extract each commit (``flydsl-<c8>``, ``aiter-<c9>``),
+    get the device-library bitcode, compile every upstream kernel into ``out`` (default
+    ``<root>/out``) and copy aiter's asm GEMM beside them. Each kernel's ``.json`` records the
+    ``compile`` command that rebuilds it, with repository-relative paths. Compiles are cached."""
+    root = Path(root) if root is not None else upstream_root()
+    out = Path(out) if out is not None else root / "out"
+    for project, source, commits in (("flydsl", flydsl_git, FLYDSL_COMMITS), ("aiter", aiter_git, AITER_COMMITS)):
+        git_dir = fetch(source, root / "git" / f"{project}.git", commits)
+        for commit in commits:
+            log(f"upstream: {extract(git_dir, commit, checkout_dir(project, commit, root))}")
+    libs = Path(libs) if libs else device_libs(root, deb)
+    device_libs_digest(libs)  # one clear error for a folder without bitcode
+    rel = repo_relative
+    for commit in FLYDSL_COMMITS:
+        ck = checkout_dir("flydsl", commit, root)
+        cmd = _cli_command(["compile", "--flydsl", rel(ck), "--commit", commit, "--out", rel(out)])
+        for path in compile_flydsl_gemms(ck, commit, out, PR990_SHAPES, cmd):
+            log(f"upstream: {path}")
+    helpers = checkout_dir("flydsl", HELPERS_COMMIT, root)
+    for commit in AITER_COMMITS:
+        ck = checkout_dir("aiter", commit, root)
+        cmd = _cli_command(["compile", "--aiter", rel(ck), "--flydsl-helpers", rel(helpers), "--device-libs", rel(libs),
+                            "--commit", commit, "--out", rel(out)])
+        for path in compile_aiter_moes(ck, commit, out, cmd, flydsl_helpers=helpers, device_libs=libs):
+            log(f"upstream: {path}")
+    log(f"upstream: done: {out} (rebuild the committed tables: `python -m mxfp4_ablation.upstream fingerprints`, "
+        "`python -m mxfp4_ablation.modelled validate --upstream-out upstream/out --write "
+        "experiments/reference/timing_validation.csv`)")
+    return out
+
+
+def _default_out() -> Path:
+    return default_out()
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m mxfp4_ablation.upstream", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
+    bu = sub.add_parser("build", help="`make upstream`: fetch the pinned commits, extract, compile everything")
+    bu.add_argument("--root", type=Path, default=upstream_root(),
+                    help="folder for the git repositories, checkouts and outputs (default: upstream/, ignored)")
+    bu.add_argument("--flydsl-git", default=os.environ.get("FLYDSL_GIT") or FLYDSL_URL,
+                    help="FlyDSL to fetch from: URL, clone or mirror (default: $FLYDSL_GIT or GitHub)")
+    bu.add_argument("--aiter-git", default=os.environ.get("AITER_GIT") or AITER_URL,
+                    help="aiter to fetch from: URL, clone or mirror (default: $AITER_GIT or GitHub)")
+    bu.add_argument("--device-libs", type=Path, default=os.environ.get("DEVICE_LIBS") or None,
+                    help="ROCm amdgcn/bitcode folder (default: Debian rocm-device-libs unpacked under --root)")
+    bu.add_argument("--device-libs-deb", type=Path, default=os.environ.get("ROCM_DEVICE_LIBS_DEB") or None,
+                    help="a rocm-device-libs .deb to unpack instead of `apt-get download rocm-device-libs`")
+    bu.add_argument("--out", type=Path, default=None, help="compiled kernels (default: <root>/out)")
     ex = sub.add_parser("extract", help="write one commit of a bare git dir into a folder")
     ex.add_argument("--git-dir", required=True, type=Path)
     ex.add_argument("--commit", required=True)
@@ -705,16 +894,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="ROCm device-library bitcode folder (amdgcn/bitcode) for kernels that call ocml/ockl")
     co.add_argument("--shape", action="append", type=_parse_shape, help="GEMM MxNxK (default: PR #990's four)")
     co.add_argument("--out", type=Path, default=_default_out(),
-                    help="output folder, outside the repository (default: $MXFP4_UPSTREAM_OUT)")
+                    help="output folder (default: $MXFP4_UPSTREAM_OUT, else upstream/out, ignored by git)")
     fp = sub.add_parser("fingerprints", help="reduce every compiled .s (+ .json) under --out to a fingerprint CSV")
     fp.add_argument("--out", type=Path, default=_default_out(),
-                    help="the folder `compile` wrote to (default: $MXFP4_UPSTREAM_OUT)")
+                    help="the folder `compile` wrote to (default: $MXFP4_UPSTREAM_OUT, else upstream/out)")
     fp.add_argument("--csv", type=Path, default=paths.reference_dir() / "fingerprints.csv")
     args = parser.parse_args(argv)
-    if args.cmd in ("compile", "fingerprints") and args.out is None:
-        parser.error("give --out DIR (or set MXFP4_UPSTREAM_OUT)")
+    if args.cmd == "fingerprints" and not Path(args.out).is_dir():
+        print(f"error: no compiled upstream kernels at {args.out}: run `make upstream` (or give --out DIR)",
+              file=sys.stderr)
+        return 2
     try:
-        if args.cmd == "extract":
+        if args.cmd == "build":
+            build(args.root, flydsl_git=args.flydsl_git, aiter_git=args.aiter_git, libs=args.device_libs,
+                  deb=args.device_libs_deb, out=args.out)
+        elif args.cmd == "extract":
             print(extract(args.git_dir, args.commit, args.dest))
         elif args.cmd == "fingerprints":
             print(write_fingerprints(args.out, args.csv))

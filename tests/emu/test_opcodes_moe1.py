@@ -12,8 +12,6 @@ semantics the kernel's bit-exact result depends on.
   dword; a scale whose bits are 0 (the inline quant's E8M0 of an all-zero block) gives 2**-127, so
   zeros stay code 0.
 """
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -73,16 +71,13 @@ def test_cvt_scalef32_pk_fp4_bf16_with_the_inline_quants_scales():
                    [zero, zero, old])[0]
     assert np.all(out == 0x00BBCCDD)
 
-UPSTREAM = Path("/work/upstream/out/aiter")
-
-
-@pytest.mark.skipif(not UPSTREAM.is_dir(), reason="no compiled upstream aiter ISA under /work/upstream/out/aiter")
+@pytest.mark.upstream
 @pytest.mark.parametrize("commit", ["46ecc4489", "b242ba66a"])
 @pytest.mark.parametrize("regime", ["decode", "prefill"])
 def test_the_seeds_gemm1_isa_loads(commit, regime):
-    path = UPSTREAM / commit / f"gemm1_{regime}.s"
-    if not path.is_file():
-        pytest.skip(f"{path} missing")
+    from conftest import need, upstream_out
+
+    path = need(upstream_out() / "aiter" / commit / f"gemm1_{regime}.s", f"aiter {commit}'s compiled gemm1 ISA")
     prog = gfx950emu.load(path.read_text())
     ops = {i.opcode for i in prog.instructions} if hasattr(prog.instructions[0], "opcode") else None
     assert prog.lds_size == {"decode": 16384, "prefill": 131072}[regime]

@@ -38,15 +38,19 @@ PARAMETERS = {
              'isa_shape = [8192, 8192, 8192]  # where the ISA is read\n'
              'seeds = [0]\n'
              'iterations = 100  # timed A/B pairs per process (device mode only)\n'
-             'modelled = True  # the timing model\'s speed too (labelled modelled)\n',
+             'modelled = True  # the timing model\'s speed too (labelled modelled)\n'
+             'modelled_shapes = None  # None: PR #990\'s four; or e.g. [[8192, 8192, 8192]]\n'
+             'hot_loop_lines = 80  # rows of the side-by-side hot loop shown; None: all\n',
              "step = gemm.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations, isa_shape,\n"
              "                        modelled=modelled)"),
     "moe": ('baseline = None  # None: the ladder predecessor\n'
             'cases = None  # None: the mode\'s defaults (off-device: the small test MoE, decode and prefill)\n'
-            'isa_cases = None  # None: Kimi-K2.5 TP=4, decode 16 tokens (block_m 16) and prefill 4096 (block_m 128)\n'
+            'isa_cases = None  # None: Kimi-K2.5 at TP 4, decode 16 tokens (block_m 16) and prefill 4096 (block_m 128)\n'
             'seeds = [0]\n'
             'iterations = 100  # timed A/B pairs per process (device mode only)\n'
-            'modelled = True  # the timing model\'s speed too (labelled modelled)\n',
+            'modelled = True  # the timing model\'s speed too (labelled modelled)\n'
+            'modelled_shapes = None  # None: the Kimi shape at 16 and 4096 tokens; or [[tokens, 385, 7168, 512, 9, block_m]]\n'
+            'hot_loop_lines = 80  # rows of the side-by-side hot loop shown; None: all\n',
             "step = moe.step_report(variant, baseline, cases, mode, seeds, out_dir, iterations, isa_cases,\n"
             "                       modelled=modelled)"),
 }
@@ -83,15 +87,26 @@ step.figure("isa_diff")
 
 # %% [markdown]
 # ## The hot loop, side by side (predecessor | step)
-# `step.hot_loop(regime, lines=None)` shows all of it; `step.isa_text(name)` is the whole `.s`.
+# Per regime, the first `hot_loop_lines` rows (the parameter; None: all); a kernel without a loop says
+# so. `step.hot_loop(regime, lines=None)` is the whole loop, `step.isa_text(name, regime)` the whole `.s`.
 
 # %%
-step.hot_loop()
+from IPython.display import Markdown, display
+
+for regime in step.isa_cases:
+    loop = step.hot_loop(regime, lines=None)
+    where = f"{{regime}}: " if regime else ""
+    if loop.empty or not (loop != "").any().any():
+        display(Markdown(f"*{{where}}no loop in either kernel* (straight-line code: K is fully unrolled)."))
+        continue
+    shown = len(loop) if hot_loop_lines is None else min(len(loop), hot_loop_lines)
+    display(Markdown(f"{{where}}{{len(loop)}} loop rows, the first {{shown}} shown (`hot_loop_lines`)."))
+    display(loop.head(shown))
 
 # %% [markdown]
 # ## Speed
-# Every value says its kind: *measured* (an MI355X, paired A/B with CIs), *modelled* (the timing model,
-# where it exists) or *published* (the seed's own figures); a kind that is missing says why.
+# Every value says its kind: *measured* (an MI355X, paired A/B with CIs), *modelled* (the gfx950emu timing
+# model) or *published* (the seed's own figures); a kind that is missing says why.
 
 # %%
 step.speed_table()
@@ -106,15 +121,14 @@ MODELLED = """
 # %% [markdown]
 # ## What this step buys, *modelled*
 # The gfx950emu timing model (every value labelled *modelled*, with the model's version and clock; never
-# measured): the step and its predecessor at @WHERE@; the delta in % with the model's error band (the
-# rule is printed below, from `experiments/reference/timing_validation.csv`) and what bounds it.
+# measured): the step and its predecessor at @WHERE@ (parameter `modelled_shapes`);
+# the delta in % with the model's error band (the rule is printed below, from
+# `experiments/reference/timing_validation.csv`) and what bounds it.
 
 # %%
-from IPython.display import Markdown, display
-
 from mxfp4_ablation.studies import ablation
 
-model = ablation.step_section(step) if modelled else None
+model = ablation.step_section(step, modelled_shapes) if modelled else None
 display(model.table() if model else Markdown("*Not modelled in this run* (`modelled = False`)."))
 if model:
     display(Markdown(f"Error band: {model.band['rule']}."))
@@ -137,7 +151,7 @@ if model:
     display(model.figure("speed_cycles"))
 """
 WHERE = {"gemm": "PR #990's four shapes",
-         "moe": "the Kimi-K2.5 TP=4 shape, decode (M=16) and prefill (M=4096)"}
+         "moe": "the Kimi-K2.5 TP=4 shape,\n# decode (M=16) and prefill (M=4096)"}
 
 
 def render(study: str, variant: str, title: str, sentence: str) -> str:
