@@ -239,3 +239,96 @@ def report(checkout: str | Path, M: int = 256, N: int = 256, K: int = 2048, seed
         "fix": {k: v for k, v in fix.items() if k != "isa"},
         "patched_isa": fix["isa"],
     }
+
+
+# --------------------------------------------------------------------------------------------
+# The committed evidence: experiments/reference/upstream_hazards.json (numbers, no upstream code)
+# --------------------------------------------------------------------------------------------
+
+REFERENCE = "upstream_hazards.json"
+RUN_KEYS = ("cosine", "mismatches", "elements", "max_abs_err", "bad_rows", "bad_cols", "exact", "ordering_hazards",
+            "wait_state_hazards")
+CHANGE_KEYS = ("wait_line", "counter", "old", "new", "fixes_line", "before", "after", "alone_late_exact",
+               "alone_late_mismatches", "alone_ordering_hazards", "barrier")
+
+
+def command(checkout: str | Path, M: int = 256, N: int = 256, K: int = 2048, seed: int = 0) -> str:
+    """The command that regenerates the committed record, as run from the repository root."""
+    from .upstream import repo_relative
+
+    return (f"PYTHONPATH=src python -m mxfp4_ablation.upstream_hazards --checkout {repo_relative(checkout)} "
+            f"--shape {M},{N},{K} --seed {seed} --write experiments/reference/{REFERENCE}")
+
+
+def reference_record(result: dict, cmd: str) -> dict:
+    """What is committed of a :func:`report`: the numbers, the wait lines' ``s_waitcnt`` text before
+    and after, the flagged readers counted by kind -- no upstream instruction text, no ISA."""
+    import subprocess
+
+    from . import paths
+
+    sha = subprocess.run(["git", "-C", str(paths.REPO_ROOT), "describe", "--always", "--dirty", "--abbrev=12"],
+                         capture_output=True, text=True).stdout.strip() or None
+    kinds = Counter(f["kind"] for f in result["flagged"])
+    return {
+        "label": result["label"], "kernel": result["kernel"], "commit": result["commit"],
+        "tree_digest": result["tree_digest"], "shape": result["shape"], "seed": result["seed"],
+        "isa_lines": result["isa_lines"], "this_repository": sha,
+        "runs": {name: {k: r[k] for k in RUN_KEYS} for name, r in result["runs"].items()},
+        "flagged_readers": len(result["flagged"]), "flagged_by_kind": dict(sorted(kinds.items())),
+        "fix": {"changes": [{k: c.get(k) for k in CHANGE_KEYS} for c in result["fix"]["changes"]],
+                "remaining": result["fix"]["remaining"], "runs": result["fix"]["runs"]},
+        "wait_states": [{"what": w["what"], "reports": w["reports"]} for w in result["wait_states"]],
+        "command": cmd,
+    }
+
+
+def load_reference(path: str | Path | None = None) -> dict:
+    """The committed record (``experiments/reference/upstream_hazards.json``)."""
+    import json
+
+    from . import paths
+
+    return json.loads(Path(path or paths.reference_dir() / REFERENCE).read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+    import sys
+
+    from . import upstream
+
+    ap = argparse.ArgumentParser(prog="python -m mxfp4_ablation.upstream_hazards", description=__doc__.splitlines()[0])
+    ap.add_argument("--checkout", type=Path, default=upstream.checkout_dir("flydsl", upstream.FLYDSL_COMMITS[1]),
+                    help="FlyDSL checkout at 741f3d6d (default: make upstream's upstream/flydsl-741f3d6d)")
+    ap.add_argument("--commit", default=upstream.FLYDSL_COMMITS[1][:8], help="its commit id (a label)")
+    ap.add_argument("--shape", default="256,256,2048", help="M,N,K (M, N multiples of 256)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--write", type=Path, help="write the committed record (JSON) here")
+    ns = ap.parse_args(argv)
+    try:
+        M, N, K = (int(v) for v in ns.shape.split(","))
+    except ValueError:
+        print(f"error: --shape {ns.shape!r} must be M,N,K", file=sys.stderr)
+        return 2
+    if not (ns.checkout / upstream.FLYDSL_GEMM_FILE).is_file():
+        print(f"error: no FlyDSL checkout at {ns.checkout}: run `make upstream` (or give --checkout)", file=sys.stderr)
+        return 2
+    try:
+        result = report(ns.checkout, M, N, K, seed=ns.seed, commit=ns.commit)
+    except (upstream.UpstreamError, ValueError) as err:
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    record = reference_record(result, command(ns.checkout, M, N, K, ns.seed))
+    text = json.dumps(record, indent=1, default=str) + "\n"
+    if ns.write:
+        tmp = ns.write.with_name(f".{ns.write.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(ns.write)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
