@@ -20,6 +20,66 @@ def markers(name: str) -> tuple[str, str]:
     return (f"<!-- {name}-ladder-table:begin (generated: {cmd}) -->", f"<!-- {name}-ladder-table:end -->")
 
 
+#: The README's columns per study, where they differ from the study's ``key_metrics`` (which the ladder
+#: figure keeps): ``(metric, label, families)`` -- ``families`` None for every row, else the families
+#: whose rows the metric means what its label says (other rows show "–"). Loop counts say their unit,
+#: as the "intended change" text beside them does (a trip is 2 K-steps up to ``b_carry``, 4 from
+#: ``k_unroll4`` on).
+README_COLUMNS = {
+    "gemm": (
+        ("vgpr_unified", "unified VGPRs", None),
+        ("v_accvgpr_write", "v_accvgpr_write", None),
+        ("v_accvgpr_mov", "v_accvgpr_mov", None),
+        ("mfma_operand_reuse", "MFMA operand reuse (loop)", None),
+        ("loop_k_steps", "K-steps per trip", None),
+        ("loop_s_mov_b32_m0", "loop s_mov_b32 m0 (per trip)", None),
+        ("loop_buffer_load_dword", "loop buffer_load_dword (per trip)", None),
+        ("loop_s_waitcnt_per_4k", "loop s_waitcnt (per 4 K-steps)", None),
+        ("buffer_store_16B", "16-byte stores", None),
+        ("insts_before_first_buffer_load", "insts before 1st buffer_load", None),
+    ),
+    "moe": (
+        ("kernarg_bytes", "kernarg bytes", None),
+        ("s_load", "s_load_dword*", None),
+        ("epi_valu", "gemm1 epilogue VALU", ("moe1",)),
+        ("epi_v_ldexp_f32", "gemm1 epilogue v_ldexp_f32", ("moe1",)),
+        ("sign_shifts", "s/v ashr (sign fix-ups)", None),
+        ("s_waitcnt", "s_waitcnt (kernel)", None),
+        ("loop_s_waitcnt", "K-loop s_waitcnt (per trip)", None),
+        ("mad_64", "64-bit mad (mad_64)", None),
+        ("instructions", "instructions", None),
+    ),
+}
+#: Loop metrics that are not per trip (normalised, or a shape of the loop).
+_NOT_PER_TRIP = ("loop_s_waitcnt_per_4k", "loop_k_steps", "loop_max_lds_run", "mfma_operand_reuse")
+
+
+def metric_text(metric: str) -> str:
+    """A metric's name as the README's change text writes it: loop counts say "per trip"."""
+    return f"{metric} (per trip)" if metric.startswith("loop_") and metric not in _NOT_PER_TRIP else metric
+
+
+def also_moved(wide: pd.DataFrame, before: str | None, name: str, columns, intended) -> list[str]:
+    """README-column metrics a step moved by at least 16 and 25 % that it was not meant to move
+    (per-trip counts are left out where the trip itself changed length): the table names them."""
+    if before is None or before not in wide.index:
+        return []
+    trip_changed = "loop_k_steps" in wide.columns and wide.at[before, "loop_k_steps"] != wide.at[name, "loop_k_steps"]
+    out = []
+    for metric in columns:
+        if metric in intended or metric not in wide.columns or metric == "loop_k_steps":
+            continue
+        if trip_changed and metric_text(metric) != metric:
+            continue
+        a, b = wide.at[before, metric], wide.at[name, metric]
+        if tables.is_missing(a) or tables.is_missing(b):
+            continue
+        a, b = float(a), float(b)
+        if abs(b - a) >= 16 and abs(b - a) >= 0.25 * max(abs(a), abs(b)):
+            out.append(f"{metric_text(metric)} {fmt(a)} → {fmt(b)}")
+    return out
+
+
 def ladder_table(study, metrics: pd.DataFrame, expectations: pd.DataFrame,
                  correctness: pd.DataFrame | None = None, modelled: dict | None = None, modelled_note: str = "") -> str:
     """The README's ladder table (markdown) of one study, from its summary tables.
@@ -30,7 +90,9 @@ def ladder_table(study, metrics: pd.DataFrame, expectations: pd.DataFrame,
     exp = expectations[expectations["comparison"] == "ladder"] if len(expectations) else expectations
     status = dict(zip(correctness["variant"], correctness["status"])) if correctness is not None and len(correctness) else {}
     keys = set(metrics["metric"])
-    show = [(k, label) for k, label in study.spec.key_metrics if k in keys]
+    columns = README_COLUMNS.get(study.name) or tuple((k, label, None) for k, label in study.spec.key_metrics)
+    show = [(k, label) for k, label, _ in columns if k in keys]
+    applies = {k: fams for k, _, fams in columns}
     regimes = tables.regimes_of(metrics)
     lead = ["step"] + (["regime"] if regimes != [None] else [])
     extra = ["TFLOPS (modelled)", "Δ (modelled)"] if modelled else []  # studies.ablation.readme_columns
@@ -45,10 +107,18 @@ def ladder_table(study, metrics: pd.DataFrame, expectations: pd.DataFrame,
         sub_e = tables.per_regime(exp, regime) if len(exp) else exp
         for name in [n for n in wide.index if study.variant(n).kind == "ladder"]:
             rows = sub_e[sub_e["variant"] == name] if len(sub_e) else sub_e
-            change = "; ".join(f"{r.metric} {fmt(r.before)} → {fmt(r.after)}{' (same)' if r.direction == 'same' else ''}"
+            change = "; ".join(f"{metric_text(r.metric)} {fmt(r.before)} → {fmt(r.after)}"
+                               f"{' (same)' if r.direction == 'same' else ''}"
                                f" {'✓' if r.as_intended else '✗'}" for r in rows.itertuples()) or "baseline"
+            variant = study.variant(name)
+            others = also_moved(wide, variant.predecessor, name, [k for k, _ in show],
+                                set(rows["metric"]) if len(rows) else set())
+            if others:
+                change += "; also: " + "; ".join(others)
+            family = getattr(variant, "family", None)
             cells = [name] + ([regime] if regime else []) + [study.step_switch(name) or "–", change]
-            cells += [fmt(wide.at[name, k]) if k in wide.columns else "–" for k, _ in show]
+            cells += [fmt(wide.at[name, k]) if k in wide.columns and (applies.get(k) is None or family in applies[k])
+                      else "–" for k, _ in show]
             cells += list(modelled.get((name, regime), ("–", "–"))) if modelled else []
             cells.append(status.get(name, "not run"))
             lines.append("| " + " | ".join(cells) + " |")
