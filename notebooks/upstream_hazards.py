@@ -27,14 +27,15 @@
 # the kernel exact and hazard-free -- found by patching the ISA text's `s_waitcnt` and rerunning. Every number
 # here is **emulated** (functional emulation, no timing); nothing is measured on a GPU.
 #
-# Parameters: `flydsl_checkout` -- a FlyDSL source tree at 741f3d6d, e.g.
-# `git --git-dir=<FlyDSL.git> archive 741f3d6d | tar -x -C /tmp/flydsl-741f3d6d`. Without it the notebook
-# says so and stops.
+# Parameters: `flydsl_checkout` -- a FlyDSL source tree at 741f3d6d; None: `make upstream`'s
+# `upstream/flydsl-741f3d6d`. Without one the notebook shows the committed record
+# (`experiments/reference/upstream_hazards.json`, written by
+# `python -m mxfp4_ablation.upstream_hazards --write ...` from that build) and says so.
 
 # %% tags=["parameters"]
 out_dir = None  # set by the runner: the run folder this notebook writes into
 mode = "emulated"  # the notebook runner's mode (this notebook always emulates)
-flydsl_checkout = None  # path of a FlyDSL checkout at 741f3d6d; None: skip
+flydsl_checkout = None  # a FlyDSL checkout at 741f3d6d; None: make upstream's upstream/flydsl-741f3d6d
 flydsl_commit = "741f3d6d"  # label recorded with the results (the tree digest is recorded too)
 M, N, K = 256, 256, 2048
 seed = 0
@@ -45,16 +46,26 @@ from pathlib import Path
 
 import pandas as pd
 
-out_dir = Path(out_dir) if out_dir else Path(".")
-SKIP = not flydsl_checkout
-if SKIP:
-    print("SKIPPED: no FlyDSL checkout given. Run with -p flydsl_checkout /path/to/flydsl-741f3d6d "
-          "(git --git-dir=<FlyDSL.git> archive 741f3d6d | tar -x -C /path/to/flydsl-741f3d6d).")
-else:
-    from mxfp4_ablation import upstream_hazards
+from mxfp4_ablation import upstream, upstream_hazards
 
-    result = upstream_hazards.report(flydsl_checkout, M, N, K, seed=seed, commit=flydsl_commit)
+out_dir = Path(out_dir) if out_dir else Path(".")
+checkout = Path(flydsl_checkout) if flydsl_checkout else upstream.checkout_dir("flydsl", upstream.FLYDSL_COMMITS[1])
+SKIP = not (checkout / upstream.FLYDSL_GEMM_FILE).is_file()
+committed = upstream_hazards.load_reference()
+if SKIP:
+    print(f"No FlyDSL checkout at {checkout} (run `make upstream`, or -p flydsl_checkout PATH): showing the "
+          f"committed record, experiments/reference/upstream_hazards.json, written by:\n  {committed['command']}")
+    runs = pd.DataFrame(committed["runs"]).T
+    display(runs)  # noqa: F821
+    display(pd.DataFrame(committed["fix"]["changes"]))  # noqa: F821
+else:
+    result = upstream_hazards.report(checkout, M, N, K, seed=seed, commit=flydsl_commit)
     patched_isa = result.pop("patched_isa")
+    record = upstream_hazards.reference_record(result, upstream_hazards.command(checkout, M, N, K, seed))
+    same = {k: record[k] for k in ("runs", "fix", "flagged_by_kind")} == \
+        {k: committed[k] for k in ("runs", "fix", "flagged_by_kind")}
+    print("this run " + ("reproduces" if same else "DIFFERS FROM") + " the committed record "
+          "(experiments/reference/upstream_hazards.json)")
 
 # %% [markdown]
 # ## Issue vs late delivery
@@ -114,12 +125,12 @@ if not SKIP:
 
 # %% [markdown]
 # ## Stored results
-# `upstream_hazards.json` in the run folder: the numbers above with their provenance (checkout, commit label,
-# tree digest, shape, seed) and the wait changes as line numbers and before/after `s_waitcnt` text -- no
-# upstream code or ISA is written out.
+# `upstream_hazards.json` in the run folder: the numbers above with their provenance (commit label, tree
+# digest, shape, seed, the command) and the wait changes as line numbers and before/after `s_waitcnt` text
+# -- no upstream code or ISA is written out; the same record as the committed one when nothing changed.
 
 # %%
 if not SKIP:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "upstream_hazards.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    (out_dir / "upstream_hazards.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
     print(out_dir / "upstream_hazards.json")

@@ -1,0 +1,141 @@
+"""Numbers the README's hand-written prose holds, checked against the data they come from.
+
+The generated blocks (between ``<!-- ...:begin -->`` / ``end`` markers) are rewritten by ``make readme``;
+the prose around them is not. Where the prose must quote a number, this test reads it from the
+generated GEMM ladder table, ``experiments/reference/timing_validation.csv`` or
+``experiments/reference/upstream_hazards.json``, so a regenerated table or record whose numbers moved
+fails here until the prose says the new ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+REF = REPO / "experiments" / "reference"
+
+
+def _block(name: str) -> str:
+    start = README.index(f"<!-- {name}:begin")
+    return README[start:README.index(f"<!-- {name}:end -->")]
+
+
+def _gemm_ladder() -> dict[str, dict[str, str]]:
+    lines = [ln for ln in _block("gemm-ladder-table").splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        rows[cells[1]] = dict(zip(head, cells))
+    return rows
+
+
+def _delta(row: dict[str, str]) -> float:
+    return float(re.match(r"([+-]?[\d.]+)%", row["Δ (modelled)"]).group(1))
+
+
+def _band() -> float:
+    return float(re.search(r"\+-([\d.]+) pp", _block("gemm-ladder-table")).group(1))
+
+
+def _validation() -> dict:
+    with open(REF / "timing_validation.csv") as f:
+        return {(r["stage"], r["M"], r["N"], r["K"]): r for r in csv.DictReader(f)}
+
+
+def _prose() -> str:
+    """README without its generated blocks."""
+    text = README
+    for m in re.finditer(r"<!-- ([\w-]+):begin", README):
+        name = m.group(1)
+        text = text.replace(_block(name), "")
+    return text
+
+
+def _says(pattern: str) -> re.Match:
+    found = re.search(pattern, " ".join(_prose().split()))
+    assert found, f"the README prose no longer says {pattern!r}"
+    return found
+
+
+@pytest.mark.parametrize("switch, pattern", [
+    ("g2s_m0", r"sees `g2s_m0` as a loss \(([+−-][\d.]+) %"),
+    ("scale_prefetch", r"that `scale_prefetch` wins back \(([+−-][\d.]+) %\)"),
+    ("b_carry", r"`b_carry` as flat \(([+−-][\d.]+) %"),
+    ("serpentine", r"`serpentine` as ([+−-][\d.]+) %, inside the band"),
+])
+def test_step_deltas_quoted_in_prose_are_the_tables(switch, pattern):
+    ladder = _gemm_ladder()
+    quoted = _says(pattern)
+    assert float(quoted.group(1).replace("−", "-")) == pytest.approx(_delta(ladder[switch]), abs=0.005)
+
+
+def test_band_counts_in_prose_are_the_tables():
+    ladder = _gemm_ladder()
+    deltas = {sw: _delta(r) for sw, r in ladder.items() if sw != "–"}
+    outside = sorted(sw for sw, d in deltas.items() if abs(d) > _band())
+    m = _says(r"At 8192\^3, (\d+) of the (\d+) GEMM step deltas are outside it \(([^)]*?);")
+    assert (int(m.group(1)), int(m.group(2))) == (len(outside), len(deltas))
+    assert sorted(re.findall(r"`(\w+)`", m.group(3))) == outside
+    pr990 = [sw for sw in deltas if sw != "agpr_acc"]  # PR #756's step is the one before PR #990
+    inside = sum(abs(deltas[sw]) <= _band() for sw in pr990)
+    m = _says(r"(\d+) of PR #990's (\d+) steps are inside the model's ±6 pp band")
+    assert (int(m.group(1)), int(m.group(2))) == (inside, len(pr990))
+
+
+def test_first_and_last_rung_speed_against_upstream_in_prose():
+    ladder, val = _gemm_ladder(), _validation()
+    first, last = float(ladder["agpr_acc"]["TFLOPS (modelled)"]), float(ladder["static_prologue"]["TFLOPS (modelled)"])
+    before = float(val[("before_990", "8192", "8192", "8192")]["modelled_tflops"])
+    after = float(val[("after_990", "8192", "8192", "8192")]["modelled_tflops"])
+    m = _says(r"`gemm-v1` models at (\d+) TFLOPS against (\d+) for FlyDSL daee90e4 in the same model \(\+([\d.]+) %\)")
+    assert (int(m.group(1)), int(m.group(2))) == (round(first), round(before))
+    assert float(m.group(3)) == pytest.approx(100 * (first / before - 1), abs=0.05)
+    m = _says(r"`gemm-v9`, is within ([\d.]+) % of 741f3d6d \((\d+) vs (\d+);")
+    assert float(m.group(1)) == pytest.approx(100 * abs(last / after - 1), abs=0.05)
+    assert (int(m.group(2)), int(m.group(3))) == (round(last), round(after))
+    m = _says(r"modelled span of PR #990 \(\+([\d.]+) %\) is not the PR's own span in the same model \(\+([\d.]+) %\)")
+    assert float(m.group(1)) == pytest.approx(100 * (last / first - 1), abs=0.05)
+    assert float(m.group(2)) == pytest.approx(100 * (after / before - 1), abs=0.05)
+    assert _says(r"9\.7 % faster than daee90e4")
+
+
+def test_the_upstream_race_in_prose_is_the_committed_record():
+    rec = json.loads((REF / "upstream_hazards.json").read_text())
+    late = rec["runs"]["late"]
+    m = _says(r"cosine ([\d.]+) at (\d+)x(\d+)x(\d+), ([\d,]+) of ([\d,]+) outputs wrong")
+    assert float(m.group(1)) == round(late["cosine"], 3)
+    assert [int(m.group(i)) for i in (2, 3, 4)] == [rec["shape"][k] for k in ("M", "N", "K")]
+    assert int(m.group(5).replace(",", "")) == late["mismatches"]
+    assert int(m.group(6).replace(",", "")) == late["elements"]
+    fix, tail = rec["fix"]["changes"]
+    assert fix["alone_late_exact"] and not tail["alone_late_exact"] and rec["runs"]["fixed_late"]["exact"]
+    _says(rf"`s_waitcnt vmcnt\({fix['old']}\)` before the `b1_frag` carry seed should be `vmcnt\({fix['new']}\)`")
+    _says(rf"tail `vmcnt\({tail['old']}\)` → `vmcnt\({tail['new']}\)`")
+    assert "PYTHONPATH=src python -m mxfp4_ablation.upstream_hazards" in rec["command"] and "/work/" not in rec["command"]
+
+
+def test_no_tracked_file_names_a_machine_path():
+    import subprocess
+
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True, text=True).stdout.split()
+    if not files:
+        pytest.skip("not a git checkout")
+    me = Path(__file__).relative_to(REPO).as_posix()
+    bad = []
+    for name in files:
+        path = REPO / name
+        if name == me or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        bad += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1) if "/work/" in line]
+    assert not bad, f"absolute machine paths in tracked files: {bad[:10]}"
