@@ -22,8 +22,11 @@
 #   meant to move) come from offline gfx950 compiles, here, on any machine;
 # * **correctness** is gathered from the step notebooks' runs (`notebooks/gemm/NN_<switch>.py`), plus
 #   the leave-one-out variants checked here (emulator off-device, the GPU on an MI355X);
-# * **TFLOPS with confidence intervals** exist only where an MI355X measured them; anywhere else the
-#   only TFLOPS shown are PR #990's own, labelled *published*.
+# * **TFLOPS with confidence intervals** (*measured*) exist only where an MI355X measured them; no
+#   number in this notebook is measured off-device;
+# * **modelled** TFLOPS and step deltas come from the gfx950emu timing model (labelled *modelled* with
+#   its version and clock, each delta with the model's error band; never a measurement), beside PR
+#   #990's own figures, labelled *published*.
 
 # %% tags=["parameters"]
 out_dir = None  # set by the runner: the run folder this notebook writes into
@@ -79,9 +82,10 @@ report.figure("leave_one_out")
 report.correctness
 
 # %% [markdown]
-# ## Speed
+# ## Speed: measured or published
 # Measured TFLOPS per step with 95% bootstrap CIs where this run (or the step runs) had an MI355X;
-# otherwise PR #990's published before/after/aiter-asm figures.
+# otherwise PR #990's published before/after/aiter-asm figures (*published*). The modelled speed of every
+# step follows in the next section.
 
 # %%
 display(report.measured if report.measured is not None else gemm.published_wide())
@@ -140,9 +144,15 @@ else:
 
 # %% [markdown]
 # ## The README's ladder table (generated from the tables above)
+# The same table `make readme` writes into README.md: static counts, correctness and, where this run
+# modelled them, the *modelled* TFLOPS and deltas with the model's error band.
 
 # %%
-Markdown(gemm.readme_table(report.metrics, report.expectations, report.correctness))
+from mxfp4_ablation.studies import readme as readme_mod
+
+Markdown(readme_mod.ladder_table(gemm.STUDY, report.metrics, report.expectations, report.correctness,
+                                 ablation.readme_columns("gemm", report.out_dir) if modelled else None,
+                                 ablation.readme_note("gemm", report.out_dir) if modelled else ""))
 
 # %% [markdown]
 # ## MoE (a4w4, aiter PR #3828)

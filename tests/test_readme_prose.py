@@ -139,3 +139,78 @@ def test_no_tracked_file_names_a_machine_path():
             continue
         bad += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1) if "/work/" in line]
     assert not bad, f"absolute machine paths in tracked files: {bad[:10]}"
+
+
+def test_pr990_span_against_published_in_prose():
+    ladder = _gemm_ladder()
+    first, last = float(ladder["agpr_acc"]["TFLOPS (modelled)"]), float(ladder["static_prologue"]["TFLOPS (modelled)"])
+    with open(REF / "gemm_published.csv") as f:
+        pub = {(r["stage"], r["M"], r["N"], r["K"]): float(r["tflops"]) for r in csv.DictReader(f)}
+    p = pub[("after_990", "8192", "8192", "8192")] / pub[("before_990", "8192", "8192", "8192")]
+    m = _says(r"\(gemm-v1 → gemm-v9\) models at \+([\d.]+) % at 8192\^3 against the \+([\d.]+) % it published")
+    assert float(m.group(1)) == pytest.approx(100 * (last / first - 1), abs=0.05)
+    assert float(m.group(2)) == pytest.approx(100 * (p - 1), abs=0.05)
+
+
+# ------------------------------------------------------------------ the README table's columns
+
+
+def _long(rows, regime=None):
+    import pandas as pd
+
+    out = [{"variant": v, "metric": k, "value": x, "shape": "s", **({"regime": regime} if regime else {})}
+           for v, metrics in rows.items() for k, x in metrics.items()]
+    return pd.DataFrame(out)
+
+
+def _exp(rows, regime=None):
+    import pandas as pd
+
+    return pd.DataFrame([{"comparison": "ladder", "variant": v, "metric": k, "before": a, "after": b,
+                          "direction": d, "as_intended": True, **({"regime": regime} if regime else {})}
+                         for v, k, a, b, d in rows])
+
+
+def test_gemm_readme_columns_say_their_units_and_name_what_moved():
+    from mxfp4_ablation.studies import gemm, readme
+
+    base = {"vgpr_unified": 464, "v_accvgpr_write": 256, "v_accvgpr_mov": 0, "mfma_operand_reuse": 0.94,
+            "loop_k_steps": 2, "loop_s_mov_b32_m0": 10, "loop_buffer_load_dword": 0, "loop_s_waitcnt_per_4k": 8,
+            "buffer_store_16B": 0, "insts_before_first_buffer_load": 246, "loop_mfma": 256}
+    v6 = {**base, "v_accvgpr_write": 1, "v_accvgpr_mov": 255, "loop_k_steps": 4, "loop_s_mov_b32_m0": 20,
+          "loop_mfma": 512}
+    v7 = {**v6, "v_accvgpr_write": 0, "v_accvgpr_mov": 0}
+    metrics = _long({"gemm-v5": base, "gemm-v6": v6, "gemm-v7": v7})
+    exp = _exp([("gemm-v6", "loop_mfma", 256, 512, "up"), ("gemm-v7", "v_accvgpr_write", 1, 0, "down")])
+    lines = readme.ladder_table(gemm.STUDY, metrics, exp).splitlines()
+    head = lines[0]
+    assert "K-steps per trip" in head and "loop s_mov_b32 m0 (per trip)" in head
+    assert "loop s_waitcnt (per 4 K-steps)" in head and "| v_accvgpr_mov |" in head
+    row6 = next(ln for ln in lines if ln.startswith("| gemm-v6 "))
+    row7 = next(ln for ln in lines if ln.startswith("| gemm-v7 "))
+    assert "loop_mfma (per trip) 256 → 512 ✓" in row6
+    assert "also: v_accvgpr_write 256 → 1; v_accvgpr_mov 0 → 255" in row6
+    assert "loop_s_mov_b32_m0" not in row6.split("|")[3]  # per-trip counts double with the trip: not "moved"
+    assert "v_accvgpr_write 1 → 0 ✓; also: v_accvgpr_mov 255 → 0" in row7
+
+
+def test_moe_readme_columns_leave_gemm1_only_metrics_out_of_gemm2_rows():
+    import pandas as pd
+
+    from mxfp4_ablation.studies import moe, readme
+
+    m1 = {"kernarg_bytes": 88, "s_load": 7, "epi_valu": 710, "epi_v_ldexp_f32": 0, "sign_shifts": 18, "s_waitcnt": 40,
+          "loop_s_waitcnt": None, "mad_64": 0, "v_mad_u64_u32": 0, "instructions": 4196}
+    m2 = {**m1, "epi_valu": 55, "epi_v_ldexp_f32": 0, "mad_64": 64, "v_mad_u64_u32": 0, "loop_s_waitcnt": 25}
+    m2b = {**m2, "mad_64": 2, "v_mad_u64_u32": 2}
+    metrics = pd.concat([_long({"moe1-v1": m1, "moe1-v2": m1}, "prefill"),
+                         _long({"moe2-v3": m2, "moe2-v4": m2b}, "prefill")])
+    exp = _exp([("moe2-v4", "mad_64", 64, 2, "down")], "prefill")
+    lines = readme.ladder_table(moe.STUDY, metrics, exp).splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert "64-bit mad (mad_64)" in head and "v_mad_u64_u32" not in head
+    row = dict(zip(head, [c.strip() for c in next(ln for ln in lines if ln.startswith("| moe2-v4 ")).strip("|").split("|")]))
+    assert row["gemm1 epilogue VALU"] == "–" and row["gemm1 epilogue v_ldexp_f32"] == "–"
+    assert row["64-bit mad (mad_64)"] == "2" and row["K-loop s_waitcnt (per trip)"] == "25"
+    row1 = dict(zip(head, [c.strip() for c in next(ln for ln in lines if ln.startswith("| moe1-v2 ")).strip("|").split("|")]))
+    assert row1["gemm1 epilogue VALU"] == "710"
