@@ -73,7 +73,7 @@ for regime in step.isa_cases:
     loop = step.hot_loop(regime, lines=None)
     where = f"{regime}: " if regime else ""
     if loop.empty or not (loop != "").any().any():
-        display(Markdown(f"*{where}no loop in either kernel* (straight-line code: K is fully unrolled)."))
+        display(Markdown(f"*{where}no loop in either kernel* (straight-line code)."))
         continue
     shown = len(loop) if hot_loop_lines is None else min(len(loop), hot_loop_lines)
     display(Markdown(f"{where}{len(loop)} loop rows, the first {shown} shown (`hot_loop_lines`)."))
