@@ -253,3 +253,60 @@ def test_fingerprint_rows_and_csv_from_written_isa(tmp_path):
     assert lines[0] == ",".join(upstream.FINGERPRINT_COLUMNS) and len(lines) == 1 + len(isa.FINGERPRINT_KEYS)
     with pytest.raises(upstream.UpstreamError, match="no compiled upstream kernels"):
         upstream.fingerprint_rows(tmp_path / "empty")
+
+
+# ---------------------------------------------------------------------------------- make upstream
+
+
+def test_fetch_gets_pinned_commits_from_a_clone_once_and_says_what_is_missing(tiny_repo, tmp_path):
+    git, sha = tiny_repo
+    dest = upstream.fetch(str(git), tmp_path / "git" / "flydsl.git", [sha])
+    assert upstream.commit_of(dest, sha) == sha
+    assert upstream.fetch(str(git), dest, [sha]) == dest  # already there: nothing fetched
+    out = upstream.extract(dest, sha, upstream.checkout_dir("flydsl", sha, tmp_path))
+    assert out.name == f"flydsl-{sha[:8]}" and (out / upstream.FLYDSL_GEMM_FILE).is_file()
+    with pytest.raises(upstream.UpstreamError, match="could not fetch 0123456789ab .*FLYDSL_GIT"):
+        upstream.fetch(str(git), dest, ["0123456789abcdef0123456789abcdef01234567"])
+
+
+def test_device_libs_unpacks_a_deb_once(tmp_path):
+    import shutil
+
+    if not shutil.which("dpkg-deb"):
+        pytest.skip("no dpkg-deb")
+    pkg = tmp_path / "pkg"
+    (pkg / "DEBIAN").mkdir(parents=True)
+    (pkg / "DEBIAN" / "control").write_text("Package: rocm-device-libs\nVersion: 5.2.3-2\nArchitecture: amd64\n"
+                                            "Maintainer: t <t@t>\nDescription: t\n")
+    bc = pkg / "usr/lib/x86_64-linux-gnu/amdgcn/bitcode"
+    bc.mkdir(parents=True)
+    (bc / "ocml.bc").write_bytes(b"BC")
+    deb = tmp_path / "rocm-device-libs_5.2.3-2_amd64.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(pkg), str(deb)], check=True, capture_output=True)
+    root = tmp_path / "upstream"
+    libs = upstream.device_libs(root, deb)
+    assert libs == root / "rocm-device-libs-5.2.3" / "usr/lib/x86_64-linux-gnu/amdgcn/bitcode"
+    assert (libs / "ocml.bc").read_bytes() == b"BC"
+    assert upstream.device_libs(root) == libs  # found again without the .deb
+    with pytest.raises(upstream.UpstreamError, match="does not exist"):
+        upstream.device_libs(root, tmp_path / "missing.deb")
+
+
+def test_cache_key_and_recorded_command_do_not_depend_on_where_the_checkout_is(tmp_path):
+    a = {"checkout": "/one/flydsl", "M": 256, "digest": "d", "device_libs": "/x/bitcode", "device_libs_digest": "b"}
+    b = {**a, "checkout": "/two/flydsl", "device_libs": "/y/bitcode"}
+    assert upstream._key("t", a, "gfx950") == upstream._key("t", b, "gfx950")
+    assert upstream._key("t", a, "gfx950") != upstream._key("t", {**a, "digest": "e"}, "gfx950")
+    inside = upstream.paths.REPO_ROOT / "upstream" / "flydsl-x"
+    cmd = upstream._cli_command(["compile", "--flydsl", str(upstream.paths.REPO_ROOT / "src"), "--out", str(inside)])
+    assert cmd == f"PYTHONPATH=src python -m mxfp4_ablation.upstream compile --flydsl src --out {inside}"
+    assert upstream.repo_relative(upstream.paths.REPO_ROOT / "src" / "mxfp4_ablation") == "src/mxfp4_ablation"
+    assert upstream.repo_relative(tmp_path) == str(tmp_path)
+
+
+def test_fingerprints_without_a_build_is_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(upstream.__file__).parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "mxfp4_ablation.upstream", "fingerprints", "--out", str(tmp_path / "no"),
+                           "--csv", str(tmp_path / "fp.csv")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "make upstream" in proc.stderr
+    assert not (tmp_path / "fp.csv").exists()

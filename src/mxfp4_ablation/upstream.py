@@ -805,6 +805,7 @@ def device_libs(root: Path | str, deb: Path | str | None = None) -> Path:
     if not (dest / _BITCODE).is_dir():
         tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
         out = subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], capture_output=True, text=True)
         if out.returncode != 0 or not (tmp / _BITCODE).is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
