@@ -1,9 +1,15 @@
 """Upstream kernels compiled offline from a checkout, as a user would: FlyDSL's and aiter's.
 
 The study decomposes two upstream changes (FlyDSL PR #990, aiter PR #3828). To say how close our
-ladders come to them we compile *their* kernels -- from a checkout path the caller gives, never from
-code in this repository -- with the pinned FlyDSL, and keep only numbers (see ``isa.fingerprint``).
+ladders come to them we compile *their* kernels -- from a checkout (``make upstream`` fetches them with
+git into the repository's ignored ``upstream/`` folder), never from code committed here -- with the
+pinned FlyDSL, and keep only numbers (see ``isa.fingerprint``).
 
+* :func:`build` is ``make upstream``: :func:`fetch` the pinned commits (:data:`FLYDSL_COMMITS`,
+  :data:`AITER_COMMITS`) from GitHub or a local clone/mirror (``FLYDSL_GIT`` / ``AITER_GIT``) into bare
+  repositories, extract each, get the device-library bitcode (:func:`device_libs`: Debian's
+  ``rocm-device-libs``), compile everything into ``upstream/out`` and copy aiter's asm GEMM there;
+  every ``.json`` records the repository-relative ``compile`` command that rebuilds its kernel;
 * :func:`extract` writes one commit of a bare git dir into a folder (``git archive | tar -x``);
 * :func:`flydsl_gemm_isa` compiles FlyDSL's ``kernels/gemm/fp4_gemm_4wave.py``;
 * :func:`aiter_moe_isa` compiles aiter's ``aiter/ops/flydsl/kernels/mxfp4_gemm{1,2}.py`` (MoE);
@@ -12,7 +18,7 @@ code in this repository -- with the pinned FlyDSL, and keep only numbers (see ``
 Compiles go through :mod:`mxfp4_ablation.toolchain`'s worker and on-disk cache. The cache key is
 the upstream checkout's content (the kernel file and its helper packages), the entry point below,
 the parameters, FlyDSL's version and the arch -- not our own kernels, so our edits never recompile
-theirs.
+theirs, and not the folders (the same checkout elsewhere is a cache hit).
 
 Two things stand between aiter's MoE kernels (written against flydsl 0.2.0, aiter's pin) and the
 pinned flydsl 0.5.0, both handled here without touching upstream code: ``flydsl.expr.buffer_ops``
