@@ -214,3 +214,9 @@ def test_moe_readme_columns_leave_gemm1_only_metrics_out_of_gemm2_rows():
     assert row["64-bit mad (mad_64)"] == "2" and row["K-loop s_waitcnt (per trip)"] == "25"
     row1 = dict(zip(head, [c.strip() for c in next(ln for ln in lines if ln.startswith("| moe1-v2 ")).strip("|").split("|")]))
     assert row1["gemm1 epilogue VALU"] == "710"
+
+
+def test_the_unexplained_sgpr_difference_in_prose_is_the_fidelity_tables():
+    block = " ".join(_block("gemm-fidelity").split())
+    m = _says(r"the GEMM's sgpr difference, (\d+) vs (\d+) and (\d+) vs (\d+), is not\)")
+    assert f"sgpr {m.group(1)} vs {m.group(2)} " in block and f"sgpr {m.group(3)} vs {m.group(4)} " in block

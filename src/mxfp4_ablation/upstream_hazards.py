@@ -19,6 +19,11 @@ Inputs: FlyDSL's test layout (A row-major fp4, B ``shuffle_weight_w4(16)``, both
 which is our GEMM's own layout (:func:`mxfp4_ablation.kernels.gemm.make_inputs`); the reference is the dense
 product of the unshuffled operands rounded to bf16.  Kernel arguments: each tensor flattened with its element
 count (the ``layout`` i32), then M and N, as FlyDSL's ``tests/kernels/test_fp4_gemm_4wave.py`` calls it.
+
+The committed evidence: ``python -m mxfp4_ablation.upstream_hazards --write
+experiments/reference/upstream_hazards.json`` runs :func:`report` on ``make upstream``'s
+``upstream/flydsl-741f3d6d`` and writes :func:`reference_record` (numbers and ``s_waitcnt`` text only,
+with the command); ``notebooks/upstream_hazards.py`` shows it, rerun or committed.
 """
 
 from __future__ import annotations
