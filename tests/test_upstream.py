@@ -310,3 +310,19 @@ def test_fingerprints_without_a_build_is_one_line(tmp_path):
                            "--csv", str(tmp_path / "fp.csv")], capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "make upstream" in proc.stderr
     assert not (tmp_path / "fp.csv").exists()
+
+
+def test_make_upstream_passes_the_sources_and_the_folder_is_ignored():
+    import shutil
+
+    root = Path(upstream.__file__).parents[2]
+    if not shutil.which("make") or not (root / ".git").exists():
+        pytest.skip("needs make and a git checkout")
+    out = subprocess.run(["make", "-s", "-n", "upstream", "SETUP_STAMP=", "FLYDSL_GIT=/m/FlyDSL", "AITER_GIT=/m/aiter",
+                          "ROCM_DEVICE_LIBS_DEB=/d/libs.deb"], cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    cmd = " ".join(out.stdout.replace("\\\n", " ").split())
+    assert "-m mxfp4_ablation.upstream build --root upstream" in cmd
+    assert '--flydsl-git "/m/FlyDSL" --aiter-git "/m/aiter"' in cmd and '--device-libs-deb "/d/libs.deb"' in cmd
+    ignored = subprocess.run(["git", "check-ignore", "-q", "upstream/out/flydsl/x.s"], cwd=root)
+    assert ignored.returncode == 0
