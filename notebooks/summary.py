@@ -163,7 +163,8 @@ Markdown(readme_mod.ladder_table(gemm.STUDY, report.metrics, report.expectations
 # tokens, block_m 16, atomic gemm2) and prefill (4096 tokens, block_m 128). Correctness comes from the
 # step notebooks (`notebooks/moe/NN_<gemm>_<switch>.py`) plus the leave-one-out variants checked here.
 # aiter PR #3828 published FlyDSL-time / HIP-time ratios for the whole PR only; they are shown labelled
-# *published*.
+# *published*, and the timing model's last/first ratios beside them, labelled *modelled* (nothing in this
+# notebook is measured off-device).
 
 # %%
 from mxfp4_ablation.studies import moe

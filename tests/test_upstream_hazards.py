@@ -37,3 +37,28 @@ def test_a_missing_checkout_is_one_clear_error(tmp_path):
 
     with pytest.raises(upstream.UpstreamError):
         U.compile_isa(tmp_path / "nope")
+
+
+def test_the_committed_record_names_its_command_and_holds_no_upstream_text():
+    rec = U.load_reference()
+    assert rec["command"].startswith("PYTHONPATH=src python -m mxfp4_ablation.upstream_hazards --checkout upstream/")
+    assert rec["runs"]["late"]["mismatches"] > 0 and rec["runs"]["fixed_late"]["exact"]
+    assert {"instruction", "source", "patched_isa", "hazards"}.isdisjoint(
+        {k for part in (rec, *rec["runs"].values(), *rec["fix"]["changes"]) for k in part})
+
+
+@pytest.mark.slow
+@pytest.mark.upstream
+def test_make_upstreams_flydsl_reproduces_the_committed_race_record():
+    """The emulator on FlyDSL 741f3d6d (make upstream's checkout) gives the committed numbers again."""
+    from conftest import need, upstream_root
+
+    from mxfp4_ablation import upstream
+
+    checkout = need(upstream_root() / "flydsl-741f3d6d" / upstream.FLYDSL_GEMM_FILE, "a FlyDSL checkout at 741f3d6d").parents[2]
+    rec = U.load_reference()
+    shape = rec["shape"]
+    new = U.reference_record(U.report(checkout, shape["M"], shape["N"], shape["K"], seed=rec["seed"], commit=rec["commit"]),
+                             rec["command"])
+    for key in ("runs", "fix", "flagged_by_kind", "wait_states", "tree_digest", "isa_lines"):
+        assert new[key] == rec[key], key
