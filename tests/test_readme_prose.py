@@ -220,3 +220,15 @@ def test_the_unexplained_sgpr_difference_in_prose_is_the_fidelity_tables():
     block = " ".join(_block("gemm-fidelity").split())
     m = _says(r"the GEMM's sgpr difference, (\d+) vs (\d+) and (\d+) vs (\d+), is not\)")
     assert f"sgpr {m.group(1)} vs {m.group(2)} " in block and f"sgpr {m.group(3)} vs {m.group(4)} " in block
+
+
+def test_the_timing_models_error_in_prose_is_the_validation_table():
+    val = _validation().values()
+    points = [float(r["error_pct"]) for r in val if r["source"] == "flydsl" and r["stage"] in ("before_990", "after_990")]
+    ratios = [float(r["error_pct"]) for r in val if r["source"] == "ratio after/before"]
+    asm = [float(r["modelled_tflops"]) for r in val if r["source"] == "ratio aiter_asm/after"]
+    m = _says(r"absolute TFLOPS within −([\d.]+) % \.\. \+([\d.]+) % at the PR's four shapes")
+    assert (-float(m.group(1)), float(m.group(2))) == (round(min(points), 1), round(max(points), 1))
+    m = _says(r"after/before speed-up over-stated by \+([\d.]+) \.\. \+([\d.]+) points at every shape")
+    assert (float(m.group(1)), float(m.group(2))) == (round(min(ratios), 1), round(max(ratios), 1))
+    assert min(ratios) > 0 and len(asm) == 4 and all(a > 1 for a in asm)  # "on the right side of 1 everywhere"
