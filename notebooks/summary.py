@@ -81,11 +81,11 @@ report.correctness
 # %% [markdown]
 # ## Speed
 # Measured TFLOPS per step with 95% bootstrap CIs where this run (or the step runs) had an MI355X;
-# otherwise PR #990's published before/after/aiter-asm figures.
+# and PR #990's published before/after/aiter-asm figures (*published*, MI355X).
 
 # %%
 display(report.measured if report.measured is not None else gemm.published_wide())
-display(report.figure("tflops"))
+display(report.figure("published_tflops"))
 
 # %% [markdown]
 # ## What each step buys, *modelled* (GEMM)

@@ -760,33 +760,40 @@ def _read(run_dir: Path, name: str) -> pd.DataFrame:
 
 
 def draw_step_delta(run_dir: Path):
-    """Step vs predecessor, modelled TFLOPS per shape, with the delta and its band."""
+    """Step vs predecessor, modelled TFLOPS per shape (one panel each, every axis from 0), with the delta
+    and the interval the delta table stores."""
     import matplotlib.pyplot as plt
+
+    from .views import interval_label, shape_tick
 
     d = _read(run_dir, "modelled_delta")
     variant, base = d["variant"].iloc[0], d["baseline"].iloc[0]
-    fig, ax = plt.subplots(figsize=(7.2, 2.9))
-    xs = range(len(d))
     has_base = base is not None and isinstance(base, str)
-    w = 0.38 if has_base else 0.6
-    if has_base:
-        ax.bar([x - w / 2 for x in xs], d["baseline_tflops"], w, color="#bababa", label=f"{base} (predecessor)")
-    ax.bar([x + (w / 2 if has_base else 0) for x in xs], d["tflops"], w, color="#2166ac", label=variant)
-    top = float(d["tflops"].max())
-    for x, r in zip(xs, d.itertuples()):
-        txt = (f"{r.delta_pct:+.2f}%\n±{r.band_pp:.1f} pp" + ("" if r.resolved else " (unresolved)")) if has_base \
-            else f"{r.tflops:.0f}"
-        ax.text(x, top * 1.02, txt, ha="center", va="bottom", fontsize=6)
-        ax.text(x + (w / 2 if has_base else 0), r.tflops * 0.5, f"{r.tflops:.0f}\n{r.us:.0f} µs\n{r.bound}",
-                ha="center", va="center", fontsize=5, color="white")
-    ax.set_ylim(0, top * 1.25)
-    ax.set_xticks(list(xs), list(d["shape"]), fontsize=6)
-    ax.set_ylabel("TFLOPS (modelled)")
-    ax.legend(fontsize=6, frameon=False, loc="lower right")
-    ax.set_title(f"{variant}" + (f" vs {base}" if has_base else "") + ": modelled speed per shape", loc="left",
-                 pad=14, fontsize=8)
-    plots.source_badge(ax, "modelled", model_detail(d))
-    fig.tight_layout()
+    fig, axes = plt.subplots(1, len(d), figsize=(max(7.2, 2.0 * len(d) + 0.8), 3.3), squeeze=False)
+    for ax, r in zip(axes[0], d.itertuples()):
+        names = ([base] if has_base else []) + [variant]
+        vals = ([float(r.baseline_tflops)] if has_base else []) + [float(r.tflops)]
+        us = ([float(r.baseline_us)] if has_base else []) + [float(r.us)]
+        ax.bar(range(len(vals)), vals, 0.6, color=(["#bababa"] if has_base else []) + ["#2166ac"])
+        for x, v, u in zip(range(len(vals)), vals, us):
+            ax.text(x, v, f"{v:.0f}\n{u:.0f} µs" if v >= 100 else f"{v:.1f}\n{u:.0f} µs", ha="center", va="bottom",
+                    fontsize=7)
+        ax.set_ylim(0, max(vals) * 1.3)
+        ax.set_xlim(-0.6, len(vals) - 0.4)
+        ax.set_xticks(range(len(vals)), [n.replace("gemm-", "") for n in names], fontsize=7)
+        ax.tick_params(axis="y", labelsize=7)
+        head = shape_tick(r.shape)
+        if has_base:
+            lo, hi = getattr(r, "delta_low", float("nan")), getattr(r, "delta_high", float("nan"))
+            head += "\n" + _interval_text(float(r.delta_pct), float(lo), float(hi)) + " %"
+        ax.set_title(head, loc="left", fontsize=7)
+    axes[0][0].set_ylabel("TFLOPS (modelled)", fontsize=8)
+    title = f"{variant}" + (f" vs {base}" if has_base else "") + ": modelled TFLOPS per shape"
+    fig.suptitle(title, x=0.01, ha="left", fontsize=9)
+    text, colour = plots.SOURCES["modelled"]
+    note = f"{text}: {model_detail(d)}" + (f"; delta vs {base}, interval: {interval_label(d)}" if has_base else "")
+    fig.text(0.01, 0.01, note, fontsize=7, color=colour, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
     return fig
 
 
@@ -1050,29 +1057,39 @@ def draw_loo(run_dir: Path):
 
 
 def draw_moe_ratios(run_dir: Path):
-    """Per token count, modelled last/first time for gemm1 and gemm2, beside aiter PR #3828's change."""
+    """Per token count, modelled last/first time for gemm1 and gemm2, beside aiter PR #3828's change
+    (where it published one; "n/a" where not). Bars from 0; 1.0 = no change."""
     import matplotlib.pyplot as plt
 
     r = _read(run_dir, "modelled_moe_ratios")
     gemms = list(dict.fromkeys(r["gemm"]))
-    fig, axes = plt.subplots(1, len(gemms), figsize=(4.0 * len(gemms), 2.9), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(gemms), figsize=(4.2 * len(gemms), 3.2), squeeze=False, sharey=True)
+    top = 1.0
     for ax, g in zip(axes[0], gemms):
         sub = r[r["gemm"] == g].sort_values("M")
-        xs = range(len(sub))
-        ax.bar([x - 0.2 for x in xs], sub["modelled_last_over_first"], 0.4, color="#2166ac", label="modelled")
-        pub = sub["published_after_over_before"]
-        ax.bar([x + 0.2 for x in xs], pub.fillna(0), 0.4, color="#b35806", label="published (PR #3828)")
-        for x, v, p in zip(xs, sub["modelled_last_over_first"], pub):
-            ax.text(x - 0.2, v, f"{v:.3f}", ha="center", va="bottom", fontsize=5)
-            if p == p and p is not None:
-                ax.text(x + 0.2, p, f"{p:.3f}", ha="center", va="bottom", fontsize=5)
-        ax.axhline(1.0, color="#4d4d4d", linewidth=0.6)
-        ax.set_xticks(list(xs), [f"M={m}" for m in sub["M"]], fontsize=6)
-        ax.set_ylim(min(0.8, float(sub["modelled_last_over_first"].min()) * 0.95), 1.1)
-        ax.set_title(f"{g}: time {sub['last'].iloc[0]} / {sub['first'].iloc[0]}", loc="left", fontsize=7, pad=12)
-        ax.legend(fontsize=5, frameon=False, loc="lower left")
-    plots.source_badge(axes[0][-1], "modelled", model_detail(r))
-    fig.tight_layout()
+        xs = list(range(len(sub)))
+        mod = [float(v) for v in sub["modelled_last_over_first"]]
+        pub = [float(p) if p is not None and p == p else None for p in sub["published_after_over_before"]]
+        ax.bar([x - 0.2 for x in xs], mod, 0.4, color="#2166ac", label="modelled")
+        ax.bar([x + 0.2 for x, p in zip(xs, pub) if p is not None], [p for p in pub if p is not None], 0.4,
+               color="#b35806", label="published (PR #3828)")
+        for x, v, p in zip(xs, mod, pub):
+            ax.text(x - 0.2, v, f"{v:.3f}", ha="center", va="bottom", fontsize=6, rotation=90)
+            ax.text(x + 0.2, p if p is not None else 0.0, f"{p:.3f}" if p is not None else "n/a", ha="center",
+                    va="bottom", fontsize=6, rotation=90)
+        top = max([top] + mod + [p for p in pub if p is not None])
+        ax.axhline(1.0, color="#4d4d4d", linewidth=0.6, linestyle="--")
+        ax.set_xticks(xs, [f"M={m}" for m in sub["M"]], fontsize=7)
+        ax.set_title(f"{g}: time {sub['last'].iloc[0]} / {sub['first'].iloc[0]} (< 1 = faster)", loc="left",
+                     fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+    axes[0][0].set_ylim(0, top * 1.45)
+    axes[0][0].legend(fontsize=7, frameon=False, loc="upper left", ncol=2)
+    axes[0][0].set_ylabel("time ratio last / first rung", fontsize=8)
+    text, colour = plots.SOURCES["modelled"]
+    fig.suptitle(f"MoE ladders: last / first rung time per token count ({text}: {model_detail(r)}; orange: "
+                 "published)", x=0.01, ha="left", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
 
 

@@ -84,8 +84,12 @@ def draw_changes(ax, rel: list, labels: list, colours: list, notes: list, lim_sc
             ax.text(0, yi, f" n/a: {note} (missing) ", va="center", ha="left", fontsize=7, color="#4d4d4d")
         else:
             ax.text(x, yi, f" {note} ", va="center", ha="left" if x >= 0 else "right", fontsize=7)
-    lim = max([abs(v) for v in rel if v is not None] + [1.0]) * lim_scale
-    ax.set_xlim(-lim, lim)
+    vals = [v for v in rel if v is not None]
+    lo, hi = min(vals + [0.0]), max(vals + [0.0])
+    span = max(hi - lo, 1.0)
+    # room for the notes on the side each bar points to (and for an "n/a" note right of 0)
+    ax.set_xlim(lo - (span * (lim_scale - 1) if lo < 0 else span * 0.1),
+                hi + (span * (lim_scale - 1) if hi > 0 or len(vals) < len(rel) else span * 0.1))
     ax.set_ylim(len(rel) - 0.4, -0.6)
     ax.tick_params(axis="x", labelsize=7)
 
@@ -192,7 +196,7 @@ def interval_label(d: pd.DataFrame) -> str:
     return "per-step interval stored with the delta"
 
 
-def draw_step_modelled_delta(ax, d: pd.DataFrame, variant: str, baseline: str | None) -> None:
+def draw_step_modelled_delta(ax, d: pd.DataFrame, variant: str, baseline: str | None, switch: str = "") -> None:
     """One bar per shape: the step's modelled % change vs its predecessor (from 0), with the stored
     interval as an error bar; a first rung (no predecessor) shows its modelled TFLOPS instead."""
     xs = list(range(len(d)))
@@ -211,10 +215,8 @@ def draw_step_modelled_delta(ax, d: pd.DataFrame, variant: str, baseline: str | 
             ax.text(x + 0.3, top if v >= 0 else top, txt, ha="left", va="bottom" if v >= 0 else "top", fontsize=7)
         ax.set_ylim(-span * 1.45 if min(vals) < 0 else -span * 0.15, span * 1.45 if max(vals) > 0 else span * 0.15)
         ax.set_ylabel(f"% change vs {baseline}\n(modelled)", fontsize=8)
-        ax.set_title(f"{variant} vs {baseline}: modelled change per shape"
+        ax.set_title(f"{variant}{f' ({switch})' if switch else ''} vs {baseline}: modelled change per shape"
                      + ("" if has_iv else " (no interval stored)"), loc="left", pad=16, fontsize=9)
-        ax.text(0.0, -0.30 if len(d) else 0.0, f"error bars: {d['interval'].iloc[0]}" if has_iv else "",
-                transform=ax.transAxes, fontsize=7, color="#4d4d4d", va="top")
     else:
         vals = [float(v) for v in d["tflops"]]
         ax.bar(xs, vals, 0.55, color="#4d4d4d")
@@ -249,6 +251,7 @@ def draw_step_speed(view: View, run_dir: Path):
     if "role" in metrics.columns and (metrics["role"] == "baseline").any():
         baseline = metrics.loc[metrics["role"] == "baseline", "variant"].iloc[0]
     fig, ax = plt.subplots(figsize=(7.2, 3.4))
+    notes = []
     if (run_dir / view.measured_table).is_file():
         view.draw_measured(ax, read(run_dir, view.measured_table))
         ax.set_title(f"{variant}: speed, measured", loc="left", pad=16)
@@ -257,7 +260,13 @@ def draw_step_speed(view: View, run_dir: Path):
         if baseline == variant:
             baseline = None
         if len(d):
-            draw_step_modelled_delta(ax, d, variant, baseline)
+            switch = ""
+            if "switch" in metrics.columns:
+                sw = metrics.loc[(metrics["variant"] == variant) & metrics["switch"].notna(), "switch"]
+                switch = str(sw.iloc[0]) if len(sw) and str(sw.iloc[0]) else ""
+            draw_step_modelled_delta(ax, d, variant, baseline, switch)
+            if baseline and d["low"].notna().any():
+                notes.append(f"Error bars: {d['interval'].iloc[0]}.")
         else:
             ax.axis("off")
             ax.text(0.5, 0.6, f"{variant}: not timed here (no MI355X) and not modelled in this run",
@@ -265,7 +274,9 @@ def draw_step_speed(view: View, run_dir: Path):
             plots.source_badge(ax, "static", "no speed data in this run")
     fig.text(0.01, 0.015, f"Published: no figure for this step alone ({view.published_note}; see "
              f"{view.name}/{view.published_figure}).", fontsize=7, color=plots.SOURCES["published"][1])
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    if notes:
+        fig.text(0.01, 0.065, " ".join(notes), fontsize=7, color="#4d4d4d")
+    fig.tight_layout(rect=(0, 0.11 if notes else 0.06, 1, 1))
     return fig
 
 
@@ -287,18 +298,26 @@ def draw_ladder_metrics(view: View, run_dir: Path):
     fig, axes = plt.subplots(rows, cols, figsize=(10.0, height), squeeze=False)
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.1, top=1 - 0.8 / height, hspace=0.6, wspace=0.3)
     width = 0.8 / len(regimes)
+    missing = False
     for ax, (key, label) in zip(axes.flat, keys):
         for i, regime in enumerate(regimes):
             sub = tables.per_regime(ladder, regime)
-            vals = sub[sub["metric"] == key].set_index("variant")["value"].reindex(steps).astype(float).fillna(0)
+            vals = sub[sub["metric"] == key].set_index("variant")["value"].reindex(steps).astype(float)
             xs = [x + (i - (len(regimes) - 1) / 2) * width for x in range(len(steps))]
-            ax.bar(xs, vals, width, color=REGIME_COLOURS[i % len(REGIME_COLOURS)], label=regime)
+            ax.bar(xs, vals.fillna(0), width, color=REGIME_COLOURS[i % len(REGIME_COLOURS)], label=regime)
+            for x, v in zip(xs, vals):  # missing (e.g. no K loop at decode): no bar, and said so
+                if v != v:
+                    ax.plot([x], [0], marker="x", color=REGIME_COLOURS[i % len(REGIME_COLOURS)], markersize=3)
+                    missing = True
         ax.set_xticks(range(len(steps)), [view.short(s) for s in steps], fontsize=5 if len(steps) > 8 else 6,
                       rotation=45 if len(steps) > 8 else 0)
         ax.set_title(label, fontsize=7, loc="left")
         ax.tick_params(axis="y", labelsize=6)
     if regimes != [None] and keys:
-        axes.flat[0].legend(fontsize=6, frameon=False)
+        axes.flat[0].legend(fontsize=6, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.12), ncol=2)
+    if missing:
+        fig.text(0.99, 0.01, "x = no value (the metric does not exist in that kernel, e.g. no K loop)", ha="right",
+                 va="bottom", fontsize=6)
     for ax in list(axes.flat)[len(keys):]:
         ax.set_visible(False)
     fig.suptitle(f"{view.title}: static ISA metrics per step", x=0.01, ha="left", fontsize=10)
@@ -312,7 +331,7 @@ def draw_leave_one_out(view: View, run_dir: Path):
 
     exp = read(run_dir, f"{view.summary_prefix}expectations.parquet")
     loo = exp[exp["comparison"] == "leave-one-out"].reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(8.0, max(1.6, 0.24 * len(loo) + 1.0)))
+    fig, ax = plt.subplots(figsize=(8.8, max(1.9, 0.26 * len(loo) + 1.3)))
     if loo.empty:
         ax.text(0.5, 0.5, "no leave-one-out variants", ha="center", va="center", transform=ax.transAxes)
     else:
@@ -323,9 +342,10 @@ def draw_leave_one_out(view: View, run_dir: Path):
         draw_changes(ax, rel, labels, [GREEN if ok else RED for ok in loo["as_intended"]],
                      [f"{fmt(r.after)} → {fmt(r.before)}" for r in loo.itertuples()])
     ax.set_xlabel("change when the switch is removed from the full kernel (%);  ✗ = not as intended", fontsize=7)
-    ax.set_title(view.loo_title, loc="left", pad=14)
-    plots.source_badge(ax, "static", shapes_detail(read(run_dir, f"{view.summary_prefix}ladder.parquet")))
-    fig.tight_layout()
+    height = fig.get_figheight()
+    fig.text(0.01, 1 - 0.06 / height, view.loo_title, ha="left", va="top", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / height))
+    _badge(fig, 1 - 0.42 / height, "static", shapes_detail(read(run_dir, f"{view.summary_prefix}ladder.parquet")))
     return fig
 
 
