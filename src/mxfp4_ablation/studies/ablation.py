@@ -799,7 +799,7 @@ def draw_step_delta(run_dir: Path):
 
 _C = plots.CATEGORICAL  # colour-blind-safe (Paul Tol's muted): indigo cyan teal green olive sand rose wine purple grey
 TIMELINE_COLOURS = {"mfma": _C[0], "vmem": _C[1], "lds": _C[2], "smem": _C[3], "valu": _C[4], "salu": _C[5],
-                    "waitcnt": _C[6], "barrier": _C[7], "branch": _C[8], "nop": _C[9]}
+                    "waitcnt": _C[6], "barrier": _C[7], "branch": _C[8], "nop": _C[9], "end": "#777777"}
 DIFF_COLOUR = "#000000"
 
 
@@ -912,8 +912,8 @@ def draw_step_cycles(run_dir: Path):
             win = windows.get(n)
             if win:
                 other = base if n == variant else variant
-                title = (f"{n}: no hot loop; cycles {win[0]:.0f}-{win[1]:.0f} of {w} (wave 0 start = 0), where its "
-                         f"ISA differs from {other}'s")
+                title = (f"{n}: no hot loop; cycles {win[0]:.0f}-{win[1]:.0f} of {w}, where wave 0's instruction "
+                         f"stream differs from {other}'s")
             else:
                 title = f"{n}: no hot loop; the whole kernel, {w} cycles"
             _draw_timeline(a, sub, title, "cycles from wave 0's first instruction", win)
@@ -930,7 +930,7 @@ def draw_step_cycles(run_dir: Path):
     fig.suptitle(f"{variant}: where the cycles go ({text}: {model_detail(tl if len(tl) else cyc)})", x=0.01,
                  ha="left", fontsize=9)
     if handles:
-        fig.legend(handles, kinds, fontsize=7, frameon=False, ncol=min(len(kinds), 11), loc="lower right",
+        fig.legend(handles, kinds, fontsize=7, frameon=False, ncol=len(kinds), loc="lower right",
                    bbox_to_anchor=(0.995, 0.0))
     fig.tight_layout(rect=(0, 0.06, 1, 0.96))
     return fig

@@ -208,12 +208,15 @@ def draw_step_modelled_delta(ax, d: pd.DataFrame, variant: str, baseline: str | 
         ax.bar(xs, vals, 0.55, color=[GREEN if v >= 0 else RED for v in vals],
                yerr=[lo, hi] if has_iv else None, capsize=4, ecolor="#333333", error_kw={"linewidth": 0.9})
         ax.axhline(0, color="black", linewidth=0.8)
-        span = max([abs(v) + max(a, b) for v, a, b in zip(vals, lo, hi)] + [1.0])
-        for x, v, a, b in zip(xs, vals, lo, hi):
-            txt = f"{v:+.2f} %" + (f"\n[{v - a:+.1f}, {v + b:+.1f}]" if has_iv else "")
-            top = v + b if v >= 0 else v - a
-            ax.text(x + 0.3, top if v >= 0 else top, txt, ha="left", va="bottom" if v >= 0 else "top", fontsize=7)
-        ax.set_ylim(-span * 1.45 if min(vals) < 0 else -span * 0.15, span * 1.45 if max(vals) > 0 else span * 0.15)
+        tops, bottoms = [v + b for v, b in zip(vals, hi)], [v - a for v, a in zip(vals, lo)]
+        span = max(max(tops + [0.0]) - min(bottoms + [0.0]), 1.0)
+        for x, v, t, b in zip(xs, vals, tops, bottoms):
+            txt = f"{v:+.2f} %" + (f"\n[{b:+.1f}, {t:+.1f}]" if has_iv else "")
+            # above the upper whisker for a gain, below the lower one for a loss
+            ax.text(x, t + 0.04 * span if v >= 0 else b - 0.04 * span, txt, ha="center",
+                    va="bottom" if v >= 0 else "top", fontsize=7)
+        ax.set_ylim(min(bottoms + [0.0]) - (0.45 if min(vals) < 0 else 0.08) * span,
+                    max(tops + [0.0]) + (0.45 if max(vals) >= 0 else 0.08) * span)
         ax.set_ylabel(f"% change vs {baseline}\n(modelled)", fontsize=8)
         ax.set_title(f"{variant}{f' ({switch})' if switch else ''} vs {baseline}: modelled change per shape"
                      + ("" if has_iv else " (no interval stored)"), loc="left", pad=16, fontsize=9)
@@ -227,7 +230,7 @@ def draw_step_modelled_delta(ax, d: pd.DataFrame, variant: str, baseline: str | 
         ax.set_title(f"{variant}: first rung, modelled TFLOPS per shape (no predecessor)", loc="left", pad=16,
                      fontsize=9)
     ax.set_xticks(xs, [shape_tick(s) for s in d["shape"]], fontsize=7)
-    ax.set_xlim(-0.6, len(d) - 0.4 + (0.5 if baseline else 0.0))
+    ax.set_xlim(-0.6, len(d) - 0.4)
     plots.source_badge(ax, "modelled", d["detail"].iloc[0] if len(d) else "")
 
 
