@@ -6,7 +6,8 @@ measured. Two layers:
 
 * **modelling** (imports the runner layer lazily; compiles and runs the model on a cache miss):
   :func:`sweep` (one row per variant x shape), :func:`timeline` (the hot-loop trace window of one
-  variant), :func:`step_section` (a step notebook's speed section) and :func:`summary_section`;
+  variant; a kernel without a hot loop whole, the figure showing where its ISA change lands:
+  :func:`diff_windows`), :func:`step_section` (a step notebook's speed section) and :func:`summary_section`;
 * **tables and figures** (pure pandas / matplotlib, no FlyDSL): :func:`error_band`,
   :func:`step_deltas`, :func:`cycles_table`, :func:`verdicts`, :func:`waterfall`,
   :func:`leave_one_out`, :func:`order_of_impact`, :func:`moe_ratios`, and the figures registered in

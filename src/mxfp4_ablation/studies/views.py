@@ -6,6 +6,13 @@ titles); the drawers here are shared. :func:`register` puts a view's figures int
 ``notebooks/<study>/`` (``NN_<slug>.py``) its ``<study>/NN_<slug>_isa_diff`` (not for a baseline) and
 ``<study>/NN_<slug>_speed``. Steps come from the notebook files, not from the kernel registry, so
 ``make figures`` never imports a kernel module.
+
+A step's ``_speed`` figure shows that step alone: measured where its run timed it, else its *modelled*
+change vs its predecessor per shape with the interval the run stored (``modelled_delta.parquet``:
+``delta_low .. delta_high``, labelled by :func:`interval_label`). No step has a published number of its
+own (the seeds publish their whole PR's before / after: the summary's published figure), and the figure
+says so. A metric missing on either side of a change (``– → –``) is drawn as "n/a", never as a bar.
+Every figure passes :func:`mxfp4_ablation.plots.layout_problems` (``tests/test_figure_layout.py``).
 """
 
 from __future__ import annotations
