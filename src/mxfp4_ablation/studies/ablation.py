@@ -963,7 +963,7 @@ def draw_waterfall(run_dir: Path):
     iv = {(r.variant, r.shape): (float(r.delta_low), float(r.delta_high)) for r in deltas.itertuples()}
     shapes = list(dict.fromkeys(wf["shape"]))
     seed_first = _seed_first_rung("gemm")
-    fig, axes = plt.subplots(2, len(shapes), figsize=(3.7 * len(shapes) + 0.9, 5.6), squeeze=False,
+    fig, axes = plt.subplots(2, len(shapes), figsize=(max(8.4, 3.7 * len(shapes) + 0.9), 5.6), squeeze=False,
                              gridspec_kw={"height_ratios": [1.0, 5.0]}, sharey="row")
     for col, shape in enumerate(shapes):
         sub = wf[wf["shape"] == shape].sort_values("step").reset_index(drop=True)
