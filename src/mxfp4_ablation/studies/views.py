@@ -78,14 +78,16 @@ def change_or_none(before, after) -> float | None:
     return tables.relative(float(before), float(after))
 
 
-def draw_changes(ax, rel: list, labels: list, colours: list, notes: list, lim_scale: float = 2.2) -> None:
+def draw_changes(ax, rel: list, labels: list, colours: list, notes: list, lim_scale: float = 2.2) -> str:
     """Horizontal bars of % changes, each with its ``before → after`` note; a change of None (a side
-    missing) is no bar but an "n/a" note."""
+    missing) is no bar but an "n/a" note. Returns what to add to the axis label ("" or the scale used)."""
     y = list(range(len(rel)))
     ax.barh(y, [0.0 if v is None else v for v in rel], color=colours)
     ax.set_yticks(y, labels, fontsize=7)
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_ylim(len(rel) - 0.4, -0.6)
+    ax.tick_params(axis="x", labelsize=7)
     for yi, x, note in zip(y, rel, notes):
         if x is None:
             ax.text(0, yi, f" n/a: {note} (missing) ", va="center", ha="left", fontsize=7, color="#4d4d4d")
@@ -93,12 +95,17 @@ def draw_changes(ax, rel: list, labels: list, colours: list, notes: list, lim_sc
             ax.text(x, yi, f" {note} ", va="center", ha="left" if x >= 0 else "right", fontsize=7)
     vals = [v for v in rel if v is not None]
     lo, hi = min(vals + [0.0]), max(vals + [0.0])
+    small = sorted(abs(v) for v in vals if v)
+    if small and max(small) > 300 and max(small) > 20 * small[len(small) // 2]:
+        # one change dwarfs the rest (e.g. 2 -> 64 = +3100 %): a symmetric-log axis keeps the others visible
+        ax.set_xscale("symlog", linthresh=10.0)
+        ax.set_xlim(lo * 60 if lo < 0 else -5.0, hi * 60 if hi > 0 else 5.0)
+        return "; symmetric-log axis (linear within ±10 %)"
     span = max(hi - lo, 1.0)
     # room for the notes on the side each bar points to (and for an "n/a" note right of 0)
     ax.set_xlim(lo - (span * (lim_scale - 1) if lo < 0 else span * 0.1),
                 hi + (span * (lim_scale - 1) if hi > 0 or len(vals) < len(rel) else span * 0.1))
-    ax.set_ylim(len(rel) - 0.4, -0.6)
-    ax.tick_params(axis="x", labelsize=7)
+    return ""
 
 
 # ============================================================================ per step
@@ -127,6 +134,7 @@ def draw_step_isa_diff(view: View, run_dir: Path):
     height = max(1.8, 0.26 * n + 1.3)
     fig, axes = plt.subplots(1, len(panels), figsize=(6.4 if len(panels) == 1 else 8.8, height), squeeze=False)
     for ax, (regime, moved, intended) in zip(axes[0], panels):
+        scale = ""
         if moved.empty:
             ax.text(0.5, 0.5, "no metric changed", ha="center", va="center", transform=ax.transAxes)
             ax.set_yticks([])
@@ -135,10 +143,10 @@ def draw_step_isa_diff(view: View, run_dir: Path):
             colours = [GREY if m not in intended else GREEN if intended[m] else RED for m in moved["metric"]]
             labels = [f"{m}{' *' if m in intended else ''}" for m in moved["metric"]]
             notes = [f"{fmt(r.baseline)} → {fmt(r.variant)}" for r in moved.itertuples()]
-            draw_changes(ax, rel, labels, colours, notes)
+            scale = draw_changes(ax, rel, labels, colours, notes)
         if regime is not None:
             ax.set_title(regime, loc="left", fontsize=8)
-        ax.set_xlabel(f"change from {baseline} (%); * = intended", fontsize=7)
+        ax.set_xlabel(f"change from {baseline} (%); * = intended{scale}", fontsize=7)
     fig.text(0.01, 1 - 0.06 / height, f"{variant} vs {baseline}: ISA metrics (green = intended move, red = not)",
              ha="left", va="top", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.42 / height))
@@ -324,7 +332,9 @@ def draw_ladder_metrics(view: View, run_dir: Path):
         ax.set_title(label, fontsize=7, loc="left")
         ax.tick_params(axis="y", labelsize=6)
     if regimes != [None] and keys:
-        axes.flat[0].legend(fontsize=6, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.12), ncol=2)
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, labels, fontsize=7, frameon=False, loc="upper right", bbox_to_anchor=(0.99, 1.0),
+                   ncol=len(labels))
     if missing:
         fig.text(0.99, 0.01, "x = no value (the metric does not exist in that kernel, e.g. no K loop)", ha="right",
                  va="bottom", fontsize=6)
@@ -342,6 +352,7 @@ def draw_leave_one_out(view: View, run_dir: Path):
     exp = read(run_dir, f"{view.summary_prefix}expectations.parquet")
     loo = exp[exp["comparison"] == "leave-one-out"].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(8.8, max(1.9, 0.26 * len(loo) + 1.3)))
+    scale = ""
     if loo.empty:
         ax.text(0.5, 0.5, "no leave-one-out variants", ha="center", va="center", transform=ax.transAxes)
     else:
@@ -349,9 +360,10 @@ def draw_leave_one_out(view: View, run_dir: Path):
         where = [" ".join(str(getattr(r, c)) for c in ("gemm", "regime") if c in loo.columns) for r in loo.itertuples()]
         labels = [f"{w + ', ' if w else ''}−{r.switch}: {r.metric}{'' if r.as_intended else ' ✗'}"
                   for w, r in zip(where, loo.itertuples())]
-        draw_changes(ax, rel, labels, [GREEN if ok else RED for ok in loo["as_intended"]],
-                     [f"{fmt(r.after)} → {fmt(r.before)}" for r in loo.itertuples()])
-    ax.set_xlabel("change when the switch is removed from the full kernel (%);  ✗ = not as intended", fontsize=7)
+        scale = draw_changes(ax, rel, labels, [GREEN if ok else RED for ok in loo["as_intended"]],
+                             [f"{fmt(r.after)} → {fmt(r.before)}" for r in loo.itertuples()])
+    ax.set_xlabel(f"change when the switch is removed from the full kernel (%);  ✗ = not as intended"
+                  + (f"\n{scale[2:]}" if scale else ""), fontsize=7)
     height = fig.get_figheight()
     fig.text(0.01, 1 - 0.06 / height, view.loo_title, ha="left", va="top", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / height))
