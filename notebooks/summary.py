@@ -89,14 +89,15 @@ report.correctness
 
 # %%
 display(report.measured if report.measured is not None else gemm.published_wide())
-display(report.figure("tflops"))
+display(report.figure("published_tflops"))
 
 # %% [markdown]
 # ## What each step buys, *modelled* (GEMM)
 # The gfx950emu timing model over every rung at PR #990's four shapes and every leave-one-out variant at
-# 8192^3 (labelled *modelled* with the model's version and clock; never measured). The waterfall adds
-# each step's modelled delta from `gemm-v0` to `gemm-v9`, beside PR #990's published before / after /
-# aiter-asm bars (orange, *published*); one panel per shape.
+# 8192^3 (labelled *modelled* with the model's version and clock; never measured). The waterfall, one
+# column per shape: `agpr_acc` (PR #756, before the seed) on its own axis, then PR #990's span from
+# `gemm-v1` as a waterfall of each step's modelled % change with the interval its delta table stores,
+# the modelled total, and PR #990's published before -> after (orange, *published*).
 
 # %%
 from mxfp4_ablation.studies import ablation

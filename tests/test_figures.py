@@ -61,7 +61,7 @@ def stored_runs(monkeypatch, tmp_path):
 def test_make_figures_redraws_from_stored_tables_with_flydsl_blocked(stored_runs):
     figures.load()
     expected = ["gemm/02_serpentine_isa_diff", "gemm/02_serpentine_speed", "gemm/ladder_metrics",
-                "gemm/leave_one_out", "gemm/published_tflops", "gemm/tflops", "harness/planted_deltas",
+                "gemm/leave_one_out", "gemm/published_tflops", "harness/planted_deltas",
                 "harness/process_spread", "harness/cache_effect", "harness/k_linearity"]
     first = {}
     for name in expected:

@@ -290,8 +290,7 @@ def test_figures_draw_from_stored_tables_deterministically(stub, tmp_path):
     summ = tmp_path / "summary"
     G.summary_report(summ, "static", render=False)
     cases = [("gemm/02_static_prologue_isa_diff", run), ("gemm/02_static_prologue_speed", run),
-             ("gemm/ladder_metrics", summ), ("gemm/leave_one_out", summ), ("gemm/published_tflops", summ),
-             ("gemm/tflops", summ)]
+             ("gemm/ladder_metrics", summ), ("gemm/leave_one_out", summ), ("gemm/published_tflops", summ)]
     first = {}
     for name, source in cases:
         first[name] = _svg(name, source, tmp_path / "a")

@@ -115,8 +115,9 @@ if model:
 
 # %% [markdown]
 # ### Where the cycles go (modelled)
-# MFMA-busy and exposed cycles by reason per SIMD (predecessor | step), and two trips of the hot loop
-# (4 waves + the MFMA pipes) side by side.
+# MFMA-busy and exposed cycles by reason per SIMD (predecessor | step), and each one's timeline (4 waves
+# + the MFMA pipes): two trips of the hot loop, or, for a kernel without one (MoE gemm1), the window
+# where wave 0's instruction stream differs from the predecessor's (e.g. exp2's epilogue).
 
 # %%
 if model:

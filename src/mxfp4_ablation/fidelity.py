@@ -332,7 +332,7 @@ def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = FIGU
     metrics = [m for m in isa.FINGERPRINT_KEYS if m in set(table["metric"])]
     colours = {"first~before": "#2166ac", "last~after": "#b2182b"}
     with plt.rc_context(plots.STYLE):
-        fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels) + 1.6, 0.17 * len(metrics) + 1.2),
+        fig, axes = plt.subplots(1, len(panels), figsize=(max(5.6, 2.6 * len(panels) + 1.6), 0.17 * len(metrics) + 1.6),
                                  sharey=True, squeeze=False)
         for ax, (seed, case) in zip(axes[0], panels):
             sub = table[(table["seed"] == seed) & (table["case"] == case)]
@@ -362,14 +362,19 @@ def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = FIGU
                     ax.scatter([x for x, _ in pts], [y for _, y in pts], s=14, marker=marker, color=colours[pair],
                                zorder=3)
             ax.set_xlim(-clip_pct * 1.05, clip_pct * 1.05)
-            ax.set_title(f"{seed} {case}", fontsize=8, loc="left", pad=12)  # above the source badge
+            ax.set_title(f"{seed} {case}", fontsize=8, loc="left")
             ax.set_xlabel("ours vs upstream, %")
             ax.legend(fontsize=6, loc="lower right")
         axes[0][0].set_yticks(range(len(metrics)))
         axes[0][0].set_yticklabels(metrics, fontsize=6)
         axes[0][0].invert_yaxis()
-        plots.source_badge(axes[0][-1], "static", "band shaded")
-        fig.tight_layout()
+        height = fig.get_figheight()
+        fig.text(0.01, 1 - 0.05 / height, "Fidelity: our first / last rung vs the seed's before / after kernel, "
+                 "metric by metric", ha="left", va="top", fontsize=9)
+        text, colour = plots.SOURCES["static"]
+        fig.text(0.995, 1 - 0.25 / height, f"{text}: offline gfx950 compiles; band shaded", ha="right", va="top",
+                 fontsize=7, color=colour, fontweight="bold")
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.42 / height))
     return fig
 
 

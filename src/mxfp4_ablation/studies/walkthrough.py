@@ -73,15 +73,16 @@ def draw_opcode_mix(run_dir: Path):
     table = opcodes.pivot_table(index="kernel", columns="class", values="count", aggfunc="sum", fill_value=0)
     order = [name for name, _ in CLASSES if name in table.columns]
     table = table[order].sort_index()
-    fig, ax = plt.subplots(figsize=(6.4, 2.2))
+    from ..plots import CATEGORICAL
+
+    fig, ax = plt.subplots(figsize=(6.4, 2.8))
     left = [0] * len(table)
-    colours = plt.get_cmap("tab10").colors
     for i, cls in enumerate(order):
-        ax.barh(table.index, table[cls], left=left, label=cls, color=colours[i % len(colours)])
+        ax.barh(table.index, table[cls], left=left, label=cls, color=CATEGORICAL[i % len(CATEGORICAL)])
         left = [a + b for a, b in zip(left, table[cls])]
     ax.set_xlabel("instructions in the kernel (static count)")
-    ax.legend(ncol=4, fontsize=7, loc="lower right", frameon=False)
-    ax.set_title("gfx950 instruction mix of our smallest kernels", loc="left")
+    ax.legend(ncol=4, fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.32), frameon=False)  # below the bars
+    ax.set_title("gfx950 instruction mix of our smallest kernels", loc="left", pad=16)
     source_badge(ax, "static", "offline gfx950 compile")
     fig.tight_layout()
     return fig
