@@ -23,9 +23,9 @@ copied verbatim, so lane ``l`` reads its operand at ``16*l``.  Workgroups walk
 the tiles in an XCD-aware order (see :func:`tile_order`).
 
 One K step ``k`` (stage ``k % 2``) is two waits and four 64x64 blocks of 32 MFMAs; each block
-issues its loads one after every 1-3 MFMAs, in evenly spaced slots, none in its last
-:data:`QUIET_TAIL` MFMAs (``_Plan.segments`` lists them, ``_Emitter.block`` places them), as
-FlyDSL's kernel does before and after PR #990.  With b_carry (PR #990's "after")::
+issues its loads where the seed puts them (:data:`INTERLEAVE_DOC`, :func:`load_slots`: one after
+each of the first MFMAs before PR #990, evenly spread over all 32 after it; ``_Plan.segments`` lists
+them, ``_Emitter.block`` places them).  With b_carry (PR #990's "after")::
 
     s_waitcnt vmcnt(N) lgkmcnt(0) ; s_barrier  # A1 of step k landed; stage k%2's A0/B0/B1 read by all
     block (0,0)  | LDS-DMA A0 of step k+2 x4, ds_read A1 of step k x8
@@ -310,13 +310,41 @@ RING_SLOT = 4096  # one K step of the tile's scales: A 2 KiB + B 2 KiB
 N_XCD = 8
 GROUP_M = 4
 LOADS_PER_STEP = 16  # LDS-DMA instructions per wave per K step (8 A + 8 B)
-#: MFMAs at the end of each 32-MFMA block that issue no load, so that the loads issued last have
-#: landed when the wait ending the block (or the next block) needs them: 3 MFMAs ~ 48 cycles ~ the LDS
-#: latency (FlyDSL spreads its loads over all 32).  Modelled at 8192^3 (gfx950emu.timing 0.1.0),
-#: gemm-v4 / gemm-v5 (b_carry) / gemm-v9 TFLOPS: 0 -> 4816 / 4731 (-1.8 %) / 4964; 2 -> 4870 / 4847
-#: (-0.5 %) / 5090; 3 -> 4891 / 4884 (-0.1 %) / 5127; 4 -> 4858 / 4901 (+0.9 %) / 5152 (arch VGPRs
-#: 207 with 3, 215 with 4: FlyDSL after PR #990 has 194).  FlyDSL 741f3d6d: 5030.
-QUIET_TAIL = 3
+#: Where a block's loads sit among its MFMAs, as the seed's ``Mfma16x16x128Fp4.call`` puts them
+#: (read off the seed's source; nothing here was chosen by looking at the timing model):
+#:
+#: * ``"front"`` -- FlyDSL daee90e4 (before PR #990), ``kernels/gemm/fp4_gemm_4wave.py``,
+#:   ``Mfma16x16x128Fp4.call``: "one is issued after each MFMA" (``if nth[0] < len(thunks):
+#:   thunks[nth[0]]()`` after every MFMA), so load t follows MFMA t and a block with n loads leaves
+#:   its last ``32 - n`` MFMAs without a load (20 for 12 loads: the compiled daee90e4 hot loop reads
+#:   ``MG MG MG MG MR x8`` then 20 bare MFMAs).  The thunk list is the DMAs, then the reads
+#:   (``_g2s_thunks(...) + _s2r_thunks(...)``), not riffled.
+#: * ``"spread"`` -- FlyDSL 741f3d6d (PR #990), same method:
+#:   ``slots = {(t * n_mfma) // len(thunks) for t in range(len(thunks))}``: load t follows MFMA
+#:   ``floor(32 t / n)``, so ``31 - floor(32 (n - 1) / n)`` MFMAs at a block's end carry no load
+#:   (2 for 12 or 14 loads, 1 for 20, 5 for 6).  The DMAs and reads are riffled (``_riffle``,
+#:   "proportionally like aiter's asm"; here :func:`_spread`).
+#:
+#: This replaces the former ``QUIET_TAIL = 3`` (no load in a block's last 3 MFMAs, for every rung),
+#: which had been chosen while looking at modelled numbers.  PR #990 changed both inside the one
+#: method that also emits the MFMAs in serpentine order (``order = self._order()``), so the
+#: ``serpentine`` switch (the in-wave MFMA emission order) carries it: rungs without serpentine
+#: use ``"front"``, rungs with it ``"spread"``.
+INTERLEAVE_DOC = "front before PR #990 (daee90e4 Mfma16x16x128Fp4.call), spread after (741f3d6d slots)"
+
+
+def interleave_rule(sw) -> str:
+    """``"front"`` or ``"spread"`` (see :data:`INTERLEAVE_DOC`) for switch set ``sw``."""
+    return "spread" if "serpentine" in sw else "front"
+
+
+def load_slots(n_thunks: int, n_mfma: int, rule: str) -> list:
+    """The MFMA index (0-based) after which each of ``n_thunks`` loads is issued, by the seed's rule."""
+    if rule == "front":
+        return [min(t, n_mfma - 1) for t in range(n_thunks)]
+    if rule == "spread":
+        return [(t * n_mfma) // n_thunks for t in range(n_thunks)]
+    raise ValueError(f"unknown interleave rule {rule!r}")
 
 
 def _mfma_order(serpentine: bool):
@@ -491,18 +519,17 @@ class _Emitter:
 
     def block(self, acc, h, v, af, bf, scales, first, thunks=()):
         """32 MFMAs of 64x64 block (h, v): both 128-K halves, tiles in the switch's order.  ``thunks``
-        (one load instruction each) are issued in evenly spaced slots among the first 28 MFMAs, thunk
-        t right after MFMA ``floor(28 t / len(thunks))``: one load per 1-3 MFMAs, in the MFMAs' shadow,
-        and none in the last :data:`QUIET_TAIL` so that the loads issued last have landed when a wait
-        (or the next block) needs them."""
+        (one load instruction each) are issued right after the MFMAs :func:`load_slots` names, by the
+        seed's rule for this rung (:func:`interleave_rule`: one per MFMA from the first before PR #990,
+        evenly spread over all 32 after it)."""
         sa = scales[0:4]
         sb = scales[4:8]
         thunks = list(thunks)
         order = _mfma_order("serpentine" in self.sw)
         n_mfma = 2 * len(order)
         after = {}
-        for t in range(len(thunks)):
-            after.setdefault(t * (n_mfma - QUIET_TAIL) // len(thunks), []).append(thunks[t])
+        for t, slot in enumerate(load_slots(len(thunks), n_mfma, interleave_rule(self.sw))):
+            after.setdefault(slot, []).append(thunks[t])
         m = 0
         for ks in range(2):
             for ti, tj in order:
@@ -683,7 +710,7 @@ class _Plan:
         instruction is issued (read off :meth:`segments`)."""
         out = {}
         for seg in self.segments(k):
-            if seg[0] != "block":
+            if seg[0] not in ("block", "issue"):
                 continue
             for u in seg[2]:
                 g = {"dma": lambda: (u[1], k + u[2]), "gather": lambda: ("G", k + u[1]),
@@ -701,7 +728,8 @@ class _Plan:
         return 0 if self.carry_b else 8
 
     def segments(self, k):
-        """Step k as ``[("wait", tag, needs) | ("block", (h, v), units)]`` in issue order.
+        """Step k as ``[("issue", tag, units) | ("wait", tag, needs) | ("block", (h, v), units)]`` in
+        issue order (``issue``: loads outside any block, the no-ring scale loads at the step's top).
 
         Units: ``("dma", half, rel, r)`` (LDS-DMA instruction r of that half of step k+rel, into the
         stage step k reads), ``("read", half, rel, ks, t)`` (the ds_read_b128 of fragment (t, ks) of
@@ -716,6 +744,8 @@ class _Plan:
         from the other stage after the middle wait.
         """
         KI, carry = self.KI, self.carry_b
+        # the seed's thunk order: riffled after PR #990 (_riffle), the DMAs then the reads before it
+        mix = _spread if interleave_rule(self.sw) == "spread" else (lambda a, b: list(a) + list(b))
         refill = k + 2 < KI
         nxt = k + 1 < KI
 
@@ -732,12 +762,20 @@ class _Plan:
         gather = [("gather", 3)] if self.gathers(k) else []
         later = ["A0", "B0", "B1"] if carry else ["A0", "B0"]  # the next step's, read here
         top = [("A1", k)] + ([("G", k + 1)] if self.ring and nxt else [])
-        segs = [("wait", "top", top)]
+        segs = []
+        if not self.ring and scales:
+            # FlyDSL daee90e4 (no LDS ring): `_one_step` starts with `_load_scales_rt(kc_i + 1)`, the 8
+            # VGPR scale loads of the next step, before its first wait_barrier (compiled: 8
+            # buffer_load_dword ahead of the step's first s_barrier); scale_prefetch moves them into
+            # the MFMA shadow as ring reads
+            segs.append(("issue", "scales", scales))
+            scales = []
+        segs.append(("wait", "top", top))
         if carry:
-            segs.append(("block", (0, 0), _spread(dma("A0"), read("A1", 0))))
-            segs.append(("block", (0, 1), _spread(dma("B0"), scales)))
+            segs.append(("block", (0, 0), mix(dma("A0"), read("A1", 0))))
+            segs.append(("block", (0, 1), mix(dma("B0"), scales)))
         else:  # B1 read in block (0,0)'s shadow and consumed in (0,1); A1 in (0,1)'s, consumed after the wait
-            segs.append(("block", (0, 0), _spread(dma("A0"), read("B1", 0))))
+            segs.append(("block", (0, 0), mix(dma("A0"), read("B1", 0))))
             segs.append(("block", (0, 1), read("A1", 0) + scales))
         nreads = [u for h in later for u in read(h, 1)] if nxt else []
         if refill or nreads:
@@ -747,8 +785,8 @@ class _Plan:
         # Without b_carry B0 was read at the end of the previous step: the middle wait releases it.
         # The halves stay whole (g2s_m0 advances m0 from one instruction of a half to the next).
         refills = dma("B1") if carry else dma("B0") + dma("B1")
-        segs.append(("block", (1, 0), _spread(refills, ra) + gather))
-        segs.append(("block", (1, 1), _spread(dma("A1"), rb)))
+        segs.append(("block", (1, 0), mix(refills, ra) + gather))
+        segs.append(("block", (1, 1), mix(dma("A1"), rb)))
         return segs
 
     # ---------------------------------------------------------------- replay
@@ -964,6 +1002,10 @@ class _Steps(_Emitter):
             if seg[0] == "wait":
                 lgkm = plan.top_lgkmcnt() if seg[1] == "top" else 0
                 _wait(vmcnt=plan.loop_wait(seg[1], ks_list), lgkmcnt=lgkm)
+                continue
+            if seg[0] == "issue":  # loads issued outside any block (before the step's first wait)
+                for u in seg[2]:
+                    unit(u)
                 continue
             (h, v), units = seg[1], seg[2]
             a = frags["A%d" % h, 0]
