@@ -170,7 +170,14 @@ def fit(rows: list[dict], params: Sequence[str] = FIT_PARAMS, fixed: dict | None
     n, k = len(r), len(params)
     dof = max(1, n - k)
     s2 = float(r @ r) / dof
-    J = sol.jac
+    # the Jacobian for the uncertainties by absolute steps (1 % of each parameter's starting scale), so a
+    # parameter at its bound (e.g. 0) still gets a curvature-based standard error
+    J = np.empty((n, k))
+    for j in range(k):
+        h = 1e-2 * scale[j]
+        x1 = sol.x.copy()
+        x1[j] = x1[j] + h if x1[j] + h <= hi[j] else x1[j] - h
+        J[:, j] = (resid(x1) - r) / (x1[j] - sol.x[j])
     try:
         cov = np.linalg.pinv(J.T @ J) * s2
         se = np.sqrt(np.clip(np.diag(cov), 0, None))
@@ -252,6 +259,9 @@ def moe_validation(points, theta) -> list[dict]:
 
     out = []
     for p in points:
+        if p["role"] == "validate" and p["metric"] == "decode_speedup_sign":
+            out += _sign_rows(p, theta)
+            continue
         if p["role"] != "validate" or p["metric"] != "time_ratio_after_over_before":
             continue
         fam = {"gemm1": "moe1", "gemm2": "moe2"}[p["kernel"]]
@@ -268,6 +278,30 @@ def moe_validation(points, theta) -> list[dict]:
                     "published": pub, "error": mod_speedup - pub_speedup, "unit": "pp speed-up",
                     "modelled_speedup": mod_speedup, "published_speedup": pub_speedup})
     return out
+
+
+def _sign_rows(p: dict, theta: dict) -> list[dict]:
+    """The sign of the modelled step that adds ``p["stage"]`` (a switch) in each MoE ladder, at the
+    point's shape, against the published sign (no size: the PR's decode shape is not ours)."""
+    from . import family
+    from .studies import ablation
+
+    shape = tuple(int(x) for x in p["shape"].split("x"))
+    rows = []
+    for fam in ("moe1", "moe2"):
+        ladder = family.get(fam).ladder
+        for (bname, bsw), (vname, vsw) in zip(ladder, ladder[1:]):
+            if p["stage"] in vsw and p["stage"] not in bsw:
+                b, v = (ablation.modelled_source(n, shape) for n in (bname, vname))
+                if not (b.get("activity") and v.get("activity")):
+                    raise UsageError("MoE results lack activity counts (cached before the power model): re-model them")
+                d = 100 * (predict_us(b, theta) / predict_us(v, theta) - 1)
+                rows.append({"kind": "validate_sign", "scheme": "validation", "held_out": p["point"],
+                             "name": f"{p['point']} ({fam})", "stage": f"{vname}/{bname}", "M": shape[0],
+                             "modelled": d, "published": float(p["value"]), "error": None,
+                             "unit": "% speed-up (sign checked)",
+                             "sign_right": bool((d > 0) == (float(p["value"]) > 0))})
+    return rows
 
 
 def uncertainty(residuals_pp: Sequence[float], *, level: float = LEVEL, n_boot: int = 4000, seed: int = 0) -> dict:
@@ -379,7 +413,7 @@ def run(upstream_out, *, aiter_co=None, sample: int = 1, write: bool = False, mo
     cv = cross_validate(rows)
     val = moe_validation(points, th) if moe else []
     held = [c["error"] for c in cv if c["kind"] == "cv_ratio" and c["scheme"] == "leave-one-shape-out"] \
-        + [v["error"] for v in val]
+        + [v["error"] for v in val if v["kind"] == "validate"]
     unc = uncertainty(held)
     cmd = command_text("<upstream-out>")
     common = {"label": LABEL, "model_version": ver, "model_fingerprint": fp, "command": cmd}
@@ -401,6 +435,10 @@ def run(upstream_out, *, aiter_co=None, sample: int = 1, write: bool = False, mo
             log(f"  {c['scheme']:22s} {c['held_out']:18s} {c['name']:22s} {c['modelled']:7.1f} vs "
                 f"{c['published']:7.1f} TFLOPS ({c['error']:+5.2f} %)")
     for v in val:
+        if v["kind"] == "validate_sign":
+            log(f"  validation {v['name']}: modelled step {v['stage']} {v['modelled']:+.2f} % "
+                f"(published sign {v['published']:+.0f}: {'right' if v['sign_right'] else 'WRONG'})")
+            continue
         log(f"  validation {v['name']}: modelled time ratio {v['modelled']:.3f} vs published {v['published']:.3f} "
             f"(speed-up error {v['error']:+.2f} pp)")
     log(f"uncertainty (held-out, n={unc['n']}): bias {unc['bias_pp']:+.2f} pp "
@@ -436,3 +474,90 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ============================================================================ for notebooks/timing_model.py
+
+
+def read_table(path: str | Path | None = None):
+    """``experiments/reference/calibration.csv`` as a DataFrame (the committed fit, CV and validation)."""
+    import pandas as pd
+
+    path = Path(path) if path is not None else paths.reference_dir() / CALIBRATION_CSV
+    if not path.is_file():
+        raise UsageError(f"no calibration table at {path}; run `{command_text()}`")
+    return pd.read_csv(path)
+
+
+def fit_summary(table=None):
+    """The fitted parameters with their standard errors (rows ``kind == "fit_param"``)."""
+    t = read_table() if table is None else table
+    out = t[t["kind"] == "fit_param"][["name", "modelled", "stderr", "model_fingerprint"]]
+    return out.rename(columns={"modelled": "value"}).reset_index(drop=True)
+
+
+def cv_table(table=None):
+    """The cross-validation table: per scheme and held-out fold, modelled vs published and the error."""
+    t = read_table() if table is None else table
+    cols = ["scheme", "held_out", "kind", "stage", "M", "N", "K", "modelled", "published", "error", "unit"]
+    return t[t["kind"].isin(["cv_point", "cv_ratio", "validate", "validate_sign"])][cols].reset_index(drop=True)
+
+
+def plot_validation(table=None):
+    """Modelled vs published, one point per hardware figure: the fit points in-sample (TFLOPS, left),
+    held-out speed-ups (leave-one-shape-out and the validation set, right); every number modelled
+    against published."""
+    import matplotlib.pyplot as plt
+
+    from . import plots
+
+    t = read_table() if table is None else table
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 4))
+    fp = t[t["kind"] == "fit_point"]
+    for stage, mk in zip(GEMM_STAGES, "os^"):
+        s = fp[fp["name"] == stage]
+        a.scatter(s["published"], s["modelled"], marker=mk, label=stage)
+    lo, hi = float(fp[["published", "modelled"]].min().min()) * 0.97, float(fp[["published", "modelled"]].max().max()) * 1.03
+    a.plot([lo, hi], [lo, hi], color="#888", lw=0.8)
+    a.set(xlabel="published TFLOPS (MI355X)", ylabel="modelled TFLOPS", title="fit set, in-sample")
+    a.legend(fontsize=7)
+    ho = t[(t["kind"].isin(["cv_ratio", "validate"])) & (t["scheme"].isin(["leave-one-shape-out", "validation"]))]
+    for (scheme, stage), s in ho.groupby(["scheme", "stage"]):
+        pub = s["published"] if scheme != "validation" else 100 * (1 / s["published"] - 1)
+        mod = pub + s["error"]
+        b.scatter(pub, mod, label=f"{stage} ({scheme})", s=18)
+    b.axhline(0, color="#bbb", lw=0.6)
+    b.axvline(0, color="#bbb", lw=0.6)
+    lim = [min(-2, float(ho["error"].min()) - 2), 16]
+    b.plot(lim, lim, color="#888", lw=0.8)
+    b.set(xlabel="published speed-up (%)", ylabel="modelled speed-up (%)", title="held out")
+    b.legend(fontsize=6)
+    plots.source_badge(b, "modelled", "vs published")
+    fig.tight_layout()
+    return fig
+
+
+def plot_residuals(table=None):
+    """The held-out speed-up residuals (modelled - published, pp) with the bias and the interval."""
+    import matplotlib.pyplot as plt
+
+    from . import plots
+
+    t = read_table() if table is None else table
+    ho = t[(t["kind"].isin(["cv_ratio", "validate"])) & (t["scheme"].isin(["leave-one-shape-out", "validation"]))]
+    u = {r["name"]: float(r["modelled"]) for _, r in t[t["kind"] == "uncertainty"].iterrows()}
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    labels = [f"{r.stage} @ {r.held_out}" for r in ho.itertuples()]
+    ax.barh(range(len(ho)), ho["error"], color="#2166ac")
+    ax.set_yticks(range(len(ho)), labels, fontsize=6)
+    ax.axvline(u.get("bias_pp", 0), color="#d6604d", lw=1, label=f"bias {u.get('bias_pp', 0):+.2f} pp")
+    hw = u.get("half_width_pp", 0)
+    ax.axvspan(u.get("bias_pp", 0) - hw, u.get("bias_pp", 0) + hw, color="#d6604d", alpha=0.12,
+               label=f"{int(100 * u.get('level', 0.9))} % predictive +-{hw:.2f} pp")
+    ax.axvline(0, color="#888", lw=0.6)
+    ax.set(xlabel="held-out speed-up error (modelled - published, pp)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=7)
+    plots.source_badge(ax, "modelled", "held-out residuals")
+    fig.tight_layout()
+    return fig

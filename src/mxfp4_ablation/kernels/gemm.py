@@ -97,8 +97,8 @@ SWITCHES = _family.switch_table(
         metric="v_accvgpr_write/read/mov in the loop fall to 0, arch_vgpr falls, agpr = 256; v_accvgpr_write "
         "outside the loop = 256 (the zeroing, removed later by zero_first_k). Measured at 8192^3: gemm-v0 "
         "(no pinning) keeps arch_vgpr at 256 and spills (220 scratch bytes; per loop iteration 45 scratch "
-        "loads, whose vmcnt waits drain the LDS-DMAs, and 376 v_accvgpr read/write/mov); modelled 1055 -> "
-        "4862 TFLOPS. Fidelity of this first rung "
+        "loads, whose vmcnt waits drain the LDS-DMAs, and 376 v_accvgpr read/write/mov); the modelled step is in the "
+        "generated tables (model version and interval there). Fidelity of this first rung "
         "(gemm-v1) against FlyDSL daee90e4 at 8192^3, measured: 21 of 27 fingerprint metrics within 10 % "
         "(arch_vgpr 252 vs 250, hot loop 529 vs 495 instructions and 33 vs 34 s_waitcnt per 2 K steps, every "
         "LDS read and DMA issued between MFMAs as there: loop_max_lds_run 1 vs 1); outside: sgpr 53 vs 69 (-23 %, not explained yet), s_load 6 vs 8 (ours: 6 "
@@ -113,7 +113,11 @@ SWITCHES = _family.switch_table(
         claim="an issue order learnt from aiter's asm keeps operands hot.",
         mechanism="each 64x64 block is walked as 2x2 micro-blocks of MFMAs sharing one A-scale and one B-scale "
         "register (only op_sel changes); consecutive MFMAs alternately reuse the A or the B operand and the "
-        "micro-block rows snake (left-right, then right-left).",
+        "micro-block rows snake (left-right, then right-left). The same method of the seed "
+        "(Mfma16x16x128Fp4.call) also changed where a block's loads go, so this switch carries that too: "
+        "before it one load after each of the block's first MFMAs, DMAs then reads (daee90e4: 'one is "
+        "issued after each MFMA'); with it the loads riffled and spread over all 32 MFMAs, load t after MFMA "
+        "floor(32 t / n) (741f3d6d: slots = {(t * n_mfma) // len(thunks)}); see gemm.load_slots.",
         metric="mfma_operand_reuse (share of consecutive MFMA pairs with a common src0 or src1) rises; MFMA "
         "count unchanged.",
         expects=(Expect("mfma_operand_reuse", "up"),),
@@ -131,8 +135,8 @@ SWITCHES = _family.switch_table(
         "the loop (program: 67 -> 3 at 8192^3, upstream before: 67); the hot loop 526 -> 468 instructions "
         "at 8192^3 (2 K steps). Side effect: the compiler no longer sees the DMA, so its own waits for the VGPR "
         "scale loads count only those (vmcnt(3) .. vmcnt(0) before their first use) and drain the LDS-DMAs "
-        "in flight (loop_s_waitcnt 33 -> 33, but modelled at 8192^3 4850 -> 4116 TFLOPS, 16.7 -> 20.4 cycles "
-        "per hot-loop MFMA; scale_prefetch removes those loads: 4891).",
+        "in flight (loop_s_waitcnt 33 -> 33; the modelled cost of those drains is in the generated tables; "
+        "scale_prefetch removes those loads).",
         expects=(Expect("loop_s_mov_b32_m0", "down", note="per K step 16 -> 4 in our kernel"),
                  Expect("loop_v_readfirstlane", "down", note="one per LDS-DMA load -> 0"),
                  Expect("loop_s_add_u32_m0", "up", note="per K step 0 -> 12 in our kernel")),
@@ -160,13 +164,13 @@ SWITCHES = _family.switch_table(
         "consumed in the step that reads it and each step's two waits fold into s_waitcnt vmcnt(N) lgkmcnt(0) "
         "+ s_barrier. Without it (PR #990's before) B half 1 is read in block (0,0) and used in (0,1), and the "
         "top wait leaves the carried B half-0 reads in flight (lgkmcnt(8)), so the compiler waits "
-        "lgkmcnt(n) per fragment. Either way every load is issued between MFMAs (one per 1-3).",
+        "lgkmcnt(n) per fragment. Either way every load is issued between MFMAs, where the seed puts them "
+        "(gemm.load_slots; the former QUIET_TAIL knob, tuned under the model, is gone).",
         metric="loop_s_waitcnt_per_4k 66 -> 8 at 8192^3 (seed: 68 -> 8; FlyDSL daee90e4 34 per 2 K steps, "
         "ours 33); no ds_read run outside the MFMA stream before or after (longest run of loads without an "
-        "MFMA: 1, as upstream after). Modelled at 8192^3 (gfx950emu.timing 0.1.0): 4891 -> 4884 TFLOPS "
-        "(-0.1 %, hot loop 16.45 -> 16.42 cycles per MFMA; before this interleave, with the loads in runs "
-        "in front of the MFMAs: 3107 -> 2880, -7.3 %); the modelled step is flat because the waits it "
-        "removes hide behind the MFMAs already.",
+        "MFMA: 1, as upstream after). Its modelled sign used to depend on QUIET_TAIL (a knob chosen under "
+        "the model: -1.8 % .. +0.9 %); the loads now sit where FlyDSL 741f3d6d puts them (gemm.load_slots), "
+        "and the modelled step with its interval is in the generated tables.",
         expects=(Expect("loop_s_waitcnt_per_4k", "down", seed_before=68, seed_after=8,
                         note="ours 66 -> 8 per 4 K steps (8192^3)"),),
         requires=("g2s_m0",),

@@ -512,8 +512,8 @@ class StepModel:
     seconds: float = 0.0
 
     def table(self) -> pd.DataFrame:
-        cols = ["shape", "baseline_tflops", "tflops", "baseline_us", "us", "delta_pct", "band_pp", "resolved",
-                "bound", "model_version", "clock_ghz", "label"]
+        cols = ["shape", "baseline_tflops", "tflops", "baseline_us", "us", "delta_pct", "delta_low", "delta_high",
+                "resolved", "bound", "model_version", "clock_ghz", "label"]
         return self.deltas[cols]
 
     def verdict_lines(self) -> str:
@@ -988,7 +988,7 @@ def readme_note(study_name: str, run_dir) -> str:
         return ""
     d = results.read_table(path)[0]
     return (f"Modelled columns: the gfx950emu timing model ({model_detail(d)}), not measured; delta vs the "
-            f"predecessor with the model's error band ({error_band()['rule']}).")
+            f"predecessor, [low, high] = its interval ({error_band()['rule']}).")
 
 
 def findings_markers(name: str) -> tuple[str, str]:
@@ -1037,9 +1037,9 @@ def main(argv: list[str] | None = None) -> int:
         took = time.perf_counter() - t0
         cached = int(sm.sweep["cached"].sum())
         print(f"# {name}: {len(sm.sweep)} modelled points ({cached} from the cache) in {took:.1f} s; "
-              f"{model_detail(sm.sweep)}; band: {sm.band['rule']}")
+              f"{model_detail(sm.sweep)}; interval: {sm.band['rule']}")
         cols = [c for c in ("gemm", "variant", "switch", "shape", "baseline_tflops", "tflops", "baseline_us", "us",
-                            "delta_pct", "band_pp", "resolved", "bound") if c in sm.deltas.columns]
+                            "delta_pct", "delta_low", "delta_high", "resolved", "bound") if c in sm.deltas.columns]
         print(sm.deltas[cols].to_string(index=False, float_format=lambda v: f"{v:.2f}"))
         for key in ("modelled_leave_one_out", "modelled_order", "modelled_moe_ratios"):
             if key in sm.tables:
