@@ -147,3 +147,26 @@ def test_cli_bad_input_is_one_line_exit_2(capsys):
     assert CAL.main(["fit", "--upstream-out", "/nonexistent/upstream"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and len(err.strip().splitlines()) == 1
+
+
+def test_committed_calibration_table_has_the_fit_the_cv_and_the_uncertainty():
+    t = CAL.read_table()
+    assert set(t["label"]) == {"modelled"} and t["model_fingerprint"].notna().all()
+    fit = CAL.fit_summary(t)
+    assert list(fit["name"]) == list(CAL.FIT_PARAMS) and (fit["stderr"] >= 0).all()
+    cv = CAL.cv_table(t)
+    assert {"leave-one-shape-out", "leave-one-kernel-out"} <= set(cv["scheme"])
+    assert len(cv[(cv["scheme"] == "leave-one-shape-out") & (cv["kind"] == "cv_ratio")]) == 8
+    u = CAL.read_uncertainty()
+    assert u["n"] >= 8 and u["half_width_pp"] > 0 and u["bias_low_pp"] <= u["bias_pp"] <= u["bias_high_pp"]
+
+
+def test_calibration_figures_draw_from_the_committed_table():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for fig in (CAL.plot_validation(), CAL.plot_residuals()):
+        assert fig.axes and any(ax.collections or ax.patches for ax in fig.axes)
+        plt.close(fig)

@@ -185,7 +185,9 @@ def fit(rows: list[dict], params: Sequence[str] = FIT_PARAMS, fixed: dict | None
         se = np.full(k, float("nan"))
     at_bound = [bool(abs(v - a) < 1e-9 * max(1, abs(a)) or abs(v - b) < 1e-9 * max(1, abs(b)))
                 for v, a, b in zip(sol.x, lo, hi)]
-    return {"values": theta_of(sol.x), "stderr": dict(zip(params, map(float, se))), "params": list(params),
+    x = np.array([a if ab and abs(v - a) <= abs(v - b) else (b if ab else v)
+                  for v, a, b, ab in zip(sol.x, lo, hi, at_bound)])  # a parameter at its bound: the bound
+    return {"values": theta_of(x), "stderr": dict(zip(params, map(float, se))), "params": list(params),
             "at_bound": dict(zip(params, at_bound)), "residuals_log": [float(x) for x in r],
             "rms_pct": float(100 * math.sqrt(float(r @ r) / n)), "n": n, "dof": dof}
 
