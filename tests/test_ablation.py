@@ -254,13 +254,14 @@ def test_zero_inputs_scale_the_probe_layout():
 
 def test_readme_columns_and_findings_from_a_summary_run(tmp_path):
     sw = _sweep(shapes=("8192x8192x8192",))
-    d = A.step_deltas(sw, [(None, "gemm-v0"), ("gemm-v0", "gemm-v1")], 2.0, SWITCHES)
+    d = A.step_deltas(sw, [(None, "gemm-v0"), ("gemm-v0", "gemm-v1")], switches=SWITCHES,
+                      calibration=_calibration(tmp_path))
     base = tmp_path / "modelled-gemm"
     base.mkdir()
     _write(d, base / "modelled_delta.parquet")
     cols = A.readme_columns("gemm", tmp_path)
     assert cols[("gemm-v0", None)] == ("2000", "–")
-    assert cols[("gemm-v1", None)] == ("2500", "+25.00% ±2.0")
+    assert cols[("gemm-v1", None)] == ("2500", "+25.00% [+22.0, +26.0]")  # 25 - bias 1 +- 2
     assert "modelled" in A.readme_note("gemm", tmp_path) and "1.395 GHz" in A.readme_note("gemm", tmp_path)
     text = A.readme_findings("gemm", tmp_path)
     assert "gemm-v1 (agpr_acc) +25.00%" in text and "*(modelled)*" in text

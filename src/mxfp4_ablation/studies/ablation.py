@@ -988,7 +988,8 @@ def readme_note(study_name: str, run_dir) -> str:
         return ""
     d = results.read_table(path)[0]
     return (f"Modelled columns: the gfx950emu timing model ({model_detail(d)}), not measured; delta vs the "
-            f"predecessor, [low, high] = its interval ({error_band()['rule']}).")
+            f"predecessor, [low, high] = its interval from the model's held-out modelled-vs-published residuals "
+            f"({error_band()['rule']}).")
 
 
 def findings_markers(name: str) -> tuple[str, str]:
