@@ -279,14 +279,21 @@ def test_scale_prefetch_moves_scales_to_one_lds_dma_per_step(ladder):
 
 @pytest.mark.slow
 def test_every_rung_issues_its_loads_among_the_mfmas(ladder):
-    """Like FlyDSL's kernel before and after PR #990, one load (LDS-DMA, ds_read, scale load) after
-    every 1-3 MFMAs: no run of loads outside the MFMA stream, no ds_read before the first MFMA."""
+    """Like FlyDSL's kernel before and after PR #990 (gemm.load_slots), each block's loads (LDS-DMA,
+    ds_read, ring read) one per MFMA slot: no run of them outside the MFMA stream, no ds_read before the
+    first MFMA.  Without scale_prefetch the 8 VGPR scale loads of the next step open the step, before its
+    first wait (FlyDSL daee90e4's ``_load_scales_rt`` at the top of ``_one_step``): one run of 8."""
     for name, art in ladder.items():
         body = _loop(art)
+        sw = F.switch_set(name)
+        blocks = [i for i in body if not (i.opcode.startswith("buffer_load_dword") and "lds" not in i.modifiers)] \
+            if "scale_prefetch" not in sw else body
         # v0's MFMAs are the compiler's (no AGPR pinning): sched_barriers keep each load in its slot,
         # but the compiler may still move an MFMA of a slot past the next one (measured: runs of 2).
-        assert _max_mem_run(body) <= (1 if "agpr_acc" in F.switch_set(name) else 2), name
+        assert _max_mem_run(blocks) <= (1 if "agpr_acc" in sw else 2), name
         assert _reads_before_first_mfma(body) == 0, name
+        if "scale_prefetch" not in sw:
+            assert _max_mem_run(body) == 8, name  # the step-top scale loads
 
 
 @pytest.mark.slow
