@@ -549,7 +549,8 @@ def plot_validation(table=None):
     b.axvline(0, color="#bbb", lw=0.6)
     lim = [min(-2, float(ho["error"].min()) - 2), 16]
     b.plot(lim, lim, color="#888", lw=0.8)
-    b.set(xlabel="published speed-up (%)", ylabel="modelled speed-up (%)", title="held out")
+    b.set(xlabel="published speed-up (%)", ylabel="modelled speed-up (%)")
+    b.set_title("held out", loc="left")
     b.legend(fontsize=6)
     plots.source_badge(b, "modelled", "vs published")
     fig.tight_layout()
