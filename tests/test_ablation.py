@@ -41,32 +41,53 @@ def _sweep(shapes=("8192x8192x8192", "16384x16384x16384"), scale=None):
     return pd.DataFrame(rows, columns=A.SWEEP_COLUMNS)
 
 
-def test_error_band_rule_from_validation_table(tmp_path):
-    csv = tmp_path / "v.csv"
-    csv.write_text("label,source,error_pct\nmodelled,flydsl,-5.0\nmodelled,ratio after/before,2.5\n"
-                   "modelled,ratio after/before,-3.25\nmodelled,ratio aiter_asm/after,9.0\n")
-    band = A.error_band(csv)
-    assert band["band_pp"] == 3.25 and band["errors_pp"] == [2.5, -3.25]
-    assert "after/before" in band["rule"] and "3.25" in band["rule"]
-    with pytest.raises(A.AblationError, match="no timing validation table"):
+def _calibration(tmp_path, bias=1.0, half=2.0, spread=0.9):
+    """A calibration.csv with only the uncertainty rows step_interval reads."""
+    csv = tmp_path / "calibration.csv"
+    rows = ["label,kind,scheme,held_out,name,stage,M,N,K,modelled,published,error,unit,stderr,model_version,"
+            "model_fingerprint,command"]
+    for name, v in (("n", 11), ("bias_pp", bias), ("bias_low_pp", bias - 0.5), ("bias_high_pp", bias + 0.5),
+                    ("spread_pp", spread), ("t", 1.81), ("level", 0.9), ("half_width_pp", half)):
+        rows.append(f"modelled,uncertainty,held-out,,{name},,,,,{v},,,pp,,0.1.0,0.1.0+test,cmd")
+    csv.write_text("\n".join(rows) + "\n")
+    return csv
+
+
+def test_error_band_is_the_held_out_interval(tmp_path):
+    band = A.error_band(_calibration(tmp_path))
+    assert band["band_pp"] == 2.0 and band["bias_pp"] == 1.0 and band["spread_pp"] == 0.9
+    assert "held-out" in band["rule"] and "bias +1.00 pp" in band["rule"]
+    with pytest.raises(Exception, match="no calibration table"):
         A.error_band(tmp_path / "missing.csv")
 
 
-def test_committed_validation_gives_a_band():
+def test_committed_calibration_gives_an_interval():
     band = A.error_band()
     assert 0 < band["band_pp"] < 50
 
 
-def test_step_deltas_and_labels():
+def test_step_deltas_and_labels(tmp_path):
     sw = _sweep()
     pairs = [(None, "gemm-v0"), ("gemm-v0", "gemm-v1"), ("gemm-v2", "gemm-v3")]
-    d = A.step_deltas(sw, pairs, band_pp=2.0, switches=SWITCHES)
+    d = A.step_deltas(sw, pairs, switches=SWITCHES, calibration=_calibration(tmp_path))
     assert (d["label"] == "modelled").all() and d["model_version"].notna().all() and d["clock_ghz"].notna().all()
     v1 = d[(d["variant"] == "gemm-v1") & (d["shape"] == "8192x8192x8192")].iloc[0]
-    assert v1["delta_pct"] == pytest.approx(25.0) and v1["resolved"] and v1["delta_low"] == pytest.approx(23.0)
+    # bias-corrected: 25 - 1 = 24, +- 2
+    assert v1["delta_pct"] == pytest.approx(25.0) and v1["resolved"] and v1["delta_low"] == pytest.approx(22.0)
+    assert v1["delta_high"] == pytest.approx(26.0) and v1["bias_pp"] == 1.0
     v3 = d[(d["variant"] == "gemm-v3") & (d["shape"] == "8192x8192x8192")].iloc[0]
     assert v3["delta_pct"] == pytest.approx(100 * (2590 / 2600 - 1), abs=1e-3) and not v3["resolved"]
     assert math.isnan(d[d["variant"] == "gemm-v0"]["delta_pct"].iloc[0])
+
+
+def test_a_small_delta_is_resolved_only_outside_the_interval(tmp_path):
+    from mxfp4_ablation.studies.speed import step_interval
+
+    cal = _calibration(tmp_path, bias=-1.0, half=0.5)
+    assert step_interval(-0.2, path=cal)["resolved"]          # -0.2 + 1.0 = 0.8 +- 0.5 > 0
+    assert not step_interval(-1.2, path=cal)["resolved"]      # -0.2 +- 0.5 holds 0
+    iv = step_interval(float("nan"), path=cal)
+    assert not iv["resolved"] and iv["low"] != iv["low"]
 
 
 def test_waterfall_adds_up_per_shape():
@@ -233,13 +254,14 @@ def test_zero_inputs_scale_the_probe_layout():
 
 def test_readme_columns_and_findings_from_a_summary_run(tmp_path):
     sw = _sweep(shapes=("8192x8192x8192",))
-    d = A.step_deltas(sw, [(None, "gemm-v0"), ("gemm-v0", "gemm-v1")], 2.0, SWITCHES)
+    d = A.step_deltas(sw, [(None, "gemm-v0"), ("gemm-v0", "gemm-v1")], switches=SWITCHES,
+                      calibration=_calibration(tmp_path))
     base = tmp_path / "modelled-gemm"
     base.mkdir()
     _write(d, base / "modelled_delta.parquet")
     cols = A.readme_columns("gemm", tmp_path)
     assert cols[("gemm-v0", None)] == ("2000", "–")
-    assert cols[("gemm-v1", None)] == ("2500", "+25.00% ±2.0")
+    assert cols[("gemm-v1", None)] == ("2500", "+25.00% [+22.0, +26.0]")  # 25 - bias 1 +- 2
     assert "modelled" in A.readme_note("gemm", tmp_path) and "1.395 GHz" in A.readme_note("gemm", tmp_path)
     text = A.readme_findings("gemm", tmp_path)
     assert "gemm-v1 (agpr_acc) +25.00%" in text and "*(modelled)*" in text

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from mxfp4_ablation import fidelity, isa, plots
+from mxfp4_ablation import fidelity as F
 
 SHAPE = "M=8192 N=8192 K=8192"
 
@@ -167,3 +168,27 @@ def test_summary_run_fidelity_feeds_the_readme_block_and_the_figure(gemm_case, t
     assert "gemm/fidelity" in figures.load()
     fig = views.draw_fidelity(G.VIEW, tmp_path)
     assert len(fig.axes) == 1
+
+
+def _fake_timing(tflops, cpm, exposed):
+    return {"kernel": {"tflops": tflops, "us": 1e3 / tflops, "compute_cycles": 3e5}, "cycles_per_mfma_loop": cpm,
+            "mfma_busy": [0.8], "exposed": exposed, "model_fingerprint": "0.1.0+test"}
+
+
+def test_speed_rows_compare_ours_and_upstream_in_the_same_model():
+    ours = {"gemm-v1": _fake_timing(4310.0, 18.0, {"barrier": 4000, "issue": 9000}),
+            F.SEEDS["gemm"].last(): _fake_timing(5000.0, 16.9, {"barrier": 1800})}
+    up = {"daee90e4": _fake_timing(4433.0, 18.3, {"barrier": 3900, "issue": 11600}),
+          "741f3d6d": _fake_timing(5033.0, 16.9, {"barrier": 1900})}
+    t = F.speed_table("/nowhere", ["gemm"], model=lambda v, shape, sample: ours[v],
+                      upstream=lambda out, c8, M, N, K, sample: up[c8])
+    assert set(t["pair"]) == {"first~before", "last~after"} and (t["label"] == "modelled").all()
+    row = t[(t["pair"] == "first~before") & (t["metric"] == "modelled_tflops")].iloc[0]
+    assert row["ours"] == 4310 and row["upstream"] == 4433 and row["diff_pct"] == pytest.approx(-2.77, abs=0.01)
+    assert row["within_band"]  # |-2.8| <= 3 %
+    exp = t[(t["pair"] == "first~before") & (t["metric"] == "exposed_issue")].iloc[0]
+    assert exp["ours"] == 9000 and exp["within_band"] is None  # informational: where the cycles differ
+    md = F.speed_markdown(t)
+    assert "4310 vs 4433" in md and "issue 9000 vs 11600" in md and "modelled" in md.lower()
+    with pytest.raises(F.FidelityError, match="no modelled speed rows"):
+        F.speed_table("/nowhere", ["moe1"])

@@ -137,17 +137,20 @@ def test_tile_order_gives_each_xcd_a_compact_group():
 
 
 def test_wait_plan_matches_the_issue_order():
-    # Without the ring or b_carry, step k issues A0(k+2) in block (0,0), S(k+1) (8 VGPR scale loads)
-    # in (0,1), then, after the middle wait, B0(k+2), B1(k+2) in (1,0) and A1(k+2) in (1,1).
+    # Without the ring or b_carry, step k issues S(k+1) (8 VGPR scale loads) at its top, before the
+    # first wait (as FlyDSL daee90e4's `_one_step` does), A0(k+2) in block (0,0), then, after the
+    # middle wait, B0(k+2), B1(k+2) in (1,0) and A1(k+2) in (1,1).
     plan = gemm._Plan(frozenset(), 8)
-    assert plan.issues(0) == [("A0", 2, 4), ("S", 1, 8), ("B0", 2, 4), ("B1", 2, 4), ("A1", 2, 4)]
+    assert plan.issues(0) == [("S", 1, 8), ("A0", 2, 4), ("B0", 2, 4), ("B1", 2, 4), ("A1", 2, 4)]
+    assert plan.segments(0)[0] == ("issue", "scales", [("scale", 1, n) for n in range(8)])
     assert plan.waits["prologue"] == 24  # A0(0), B0(0) are read in the prologue: B1(0), A1(0), D(1) may fly
-    # The top wait of step k needs A1(k), its last half (read in this step): after it come step k-1's 24.
-    assert plan.waits["top", 0] == 16 and plan.waits["top", 3] == 24 and plan.waits["top", 7] == 8
+    # The top wait of step k needs A1(k), its last half (read in this step): after it come step k-1's 24
+    # and this step's 8 scale loads.
+    assert plan.waits["top", 0] == 24 and plan.waits["top", 3] == 32 and plan.waits["top", 7] == 8
     # The middle wait needs A0(k+1), B0(k+1) (the next step's fragments are read after it).
     assert plan.waits["mid", 3] == 4 + 4 + 4 + 8 and ("mid", 7) not in plan.waits
     # b_carry + ring: B1(k+1) is read after the middle wait too; the gather G(k+3) sits in block (1,0).
-    ring = gemm._Plan(frozenset({"g2s_m0", "scale_prefetch", "b_carry"}), 8)
+    ring = gemm._Plan(frozenset({"serpentine", "g2s_m0", "scale_prefetch", "b_carry"}), 8)
     assert ring.issues(3) == [("A0", 5, 4), ("B0", 5, 4), ("B1", 5, 4), ("G", 6, 1), ("A1", 5, 4)]
     assert ring.waits["prologue"] == 4 + 16  # A0/B0/B1(0) and G(0) read in the prologue: A1(0), D(1) fly
     assert ring.waits["top", 3] == 17 and ring.waits["mid", 3] == 1 + 4 + 4 + 4 and ring.waits["top", 7] == 0
@@ -163,6 +166,20 @@ def test_wait_plan_matches_the_issue_order():
     assert u4.loop_range(2) == (2, 30, 4)
     assert ("G", 32, 1) in u4.issues(29) and not any(kind == "G" for kind, _, _ in u4.issues(30))
     assert gemm._Plan(frozenset({"g2s_m0", "scale_prefetch", "k_unroll4"}), 6).loop_range(2) == (2, 4, 2)
+
+
+def test_load_slots_follow_the_seeds():
+    # daee90e4 (before PR #990): one load after each MFMA from the first; 12 loads leave 20 quiet MFMAs
+    assert gemm.load_slots(12, 32, "front") == list(range(12))
+    # 741f3d6d: slots = {(t * n_mfma) // len(thunks)}; 12 or 14 loads leave the last 2 MFMAs quiet, 20 leave 1
+    assert gemm.load_slots(12, 32, "spread")[-1] == 29 and gemm.load_slots(14, 32, "spread")[-1] == 29
+    assert gemm.load_slots(20, 32, "spread")[-1] == 30 and gemm.load_slots(6, 32, "spread")[-1] == 26
+    assert gemm.interleave_rule(frozenset({"agpr_acc"})) == "front"
+    assert gemm.interleave_rule(frozenset({"agpr_acc", "serpentine"})) == "spread"
+    # without serpentine the block's units are the DMAs, then the reads (the seed's thunk list)
+    segs = gemm._Plan(frozenset({"agpr_acc"}), 8).segments(3)
+    b00 = [u[0] for u in next(s for s in segs if s[0] == "block")[2]]
+    assert b00 == ["dma"] * 4 + ["read"] * 8
 
 
 def test_spread_places_the_shorter_list_evenly():
@@ -262,14 +279,21 @@ def test_scale_prefetch_moves_scales_to_one_lds_dma_per_step(ladder):
 
 @pytest.mark.slow
 def test_every_rung_issues_its_loads_among_the_mfmas(ladder):
-    """Like FlyDSL's kernel before and after PR #990, one load (LDS-DMA, ds_read, scale load) after
-    every 1-3 MFMAs: no run of loads outside the MFMA stream, no ds_read before the first MFMA."""
+    """Like FlyDSL's kernel before and after PR #990 (gemm.load_slots), each block's loads (LDS-DMA,
+    ds_read, ring read) one per MFMA slot: no run of them outside the MFMA stream, no ds_read before the
+    first MFMA.  Without scale_prefetch the 8 VGPR scale loads of the next step open the step, before its
+    first wait (FlyDSL daee90e4's ``_load_scales_rt`` at the top of ``_one_step``): one run of 8."""
     for name, art in ladder.items():
         body = _loop(art)
+        sw = F.switch_set(name)
+        blocks = [i for i in body if not (i.opcode.startswith("buffer_load_dword") and "lds" not in i.modifiers)] \
+            if "scale_prefetch" not in sw else body
         # v0's MFMAs are the compiler's (no AGPR pinning): sched_barriers keep each load in its slot,
         # but the compiler may still move an MFMA of a slot past the next one (measured: runs of 2).
-        assert _max_mem_run(body) <= (1 if "agpr_acc" in F.switch_set(name) else 2), name
+        assert _max_mem_run(blocks) <= (1 if "agpr_acc" in sw else 2), name
         assert _reads_before_first_mfma(body) == 0, name
+        if "scale_prefetch" not in sw:
+            assert _max_mem_run(body) == 8, name  # the step-top scale loads
 
 
 @pytest.mark.slow

@@ -92,9 +92,9 @@ step.figure("speed")
 # %% [markdown]
 # ## What this step buys, *modelled*
 # The gfx950emu timing model (every value labelled *modelled*, with the model's version and clock; never
-# measured): the step and its predecessor at PR #990's four shapes (parameter `modelled_shapes`);
-# the delta in % with the model's error band (the rule is printed below, from
-# `experiments/reference/timing_validation.csv`) and what bounds it.
+# measured): the step and its predecessor at PR #990's four shapes (parameter `modelled_shapes`); the delta in % with
+# its interval from the model's held-out residuals (the rule is printed below, from
+# `experiments/reference/calibration.csv`; resolved = the interval excludes 0) and what bounds it.
 
 # %%
 from mxfp4_ablation.studies import ablation
@@ -102,7 +102,7 @@ from mxfp4_ablation.studies import ablation
 model = ablation.step_section(step, modelled_shapes) if modelled else None
 display(model.table() if model else Markdown("*Not modelled in this run* (`modelled = False`)."))
 if model:
-    display(Markdown(f"Error band: {model.band['rule']}."))
+    display(Markdown(f"Interval: {model.band['rule']}."))
 
 # %% [markdown]
 # The seed's claim for this step, and whether the model sees it (sign; size where the claim states one):

@@ -12,12 +12,16 @@ no upstream checkout is needed here):
   upstream, variant, ours, diff_pct, band_pct, within_band`` (``pair`` = ``first~before`` or
   ``last~after``), compiling our rungs with :mod:`mxfp4_ablation.toolchain` at the upstream shapes;
 * :func:`summary`: per (seed, case, pair) how many metrics fall inside the band;
-* :func:`plot_fidelity`: the % differences as a deterministic figure (``plots`` conventions).
+* :func:`plot_fidelity`: the % differences as a deterministic figure (``plots`` conventions);
+* :func:`speed_table` / :func:`speed_markdown`: the *modelled* speed rows (TFLOPS, cycles per MFMA,
+  exposed cycles by reason) of the same pairs, ours and upstream in the same timing model
+  (``python -m mxfp4_ablation.fidelity gemm --upstream-out <out>``).
 
 ``diff_pct`` is ``100 * (ours - upstream) / upstream``; when upstream is 0 it is 0 if ours is 0 too,
 else infinite (outside any band); a metric neither kernel has (both None: e.g. hot-loop counts of
 two loop-free kernels) is left out, one that only one has is outside the band with no percentage.
-Every number here is *static* (counted in the ISA), labelled so in the figure.
+Every number of :func:`fidelity_table` is *static* (counted in the ISA), labelled so in the figure;
+the speed rows are *modelled* (``label`` column, model fingerprint per row).
 """
 
 from __future__ import annotations
@@ -295,6 +299,93 @@ def markdown(table: pd.DataFrame, *, cases: Mapping[str, str] | None = FIGURE_CA
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------ speed (modelled)
+
+#: Speed rows: the timing model on ours and upstream, same model, same sample (GEMM: 1 workgroup).
+SPEED_BAND_PCT = 3.0
+SPEED_REASONS = ("vmcnt", "lgkmcnt", "barrier", "dependency", "issue", "lds_bank", "other")
+SPEED_SHAPES = {"gemm": ((8192, 8192, 8192),)}
+#: upstream kernel per (seed, pair): the FlyDSL commit whose ISA ``modelled.flydsl_upstream`` reads
+SPEED_UPSTREAM = {("gemm", "first~before"): "daee90e4", ("gemm", "last~after"): "741f3d6d"}
+
+
+def _speed_metrics(r: Mapping[str, Any]) -> dict[str, float]:
+    k = r["kernel"]
+    out = {"modelled_tflops": float(k["tflops"]), "modelled_us": float(k["us"]),
+           "cycles_per_mfma_loop": float(r["cycles_per_mfma_loop"]) if r.get("cycles_per_mfma_loop") else math.nan,
+           "mfma_busy": float(r["mfma_busy"][0]) if r.get("mfma_busy") else math.nan,
+           "compute_cycles": float(k["compute_cycles"])}
+    for reason in SPEED_REASONS:
+        out[f"exposed_{reason}"] = float((r.get("exposed") or {}).get(reason, 0))
+    return out
+
+
+def speed_table(upstream_out: str | Path, seeds: Sequence[str] = ("gemm",), *, sample: int = 1,
+                shapes: Mapping[str, Sequence[tuple[int, ...]]] | None = None,
+                model=None, upstream=None) -> pd.DataFrame:
+    """Modelled speed of our first / last rung beside the seed's before / after kernel, same model,
+    same sample: ``modelled_tflops``, ``cycles_per_mfma_loop`` (hot-loop cycles per MFMA), ``mfma_busy``
+    and the exposed cycles per SIMD by reason (``exposed_*``: where the two kernels' cycles differ).
+    Long table, :data:`COLUMNS` plus ``label`` ("modelled") and ``model_fingerprint``; the band
+    (:data:`SPEED_BAND_PCT`) applies to TFLOPS and cycles per MFMA, the exposed rows are the diff.
+    Only the GEMM seed: its upstream ISA is read from ``<upstream_out>/flydsl/<commit8>/`` (the
+    aiter MoE kernels need argument builders this module does not have yet).
+
+    ``model`` / ``upstream`` replace :func:`mxfp4_ablation.modelled.model` and
+    :func:`~mxfp4_ablation.modelled.flydsl_upstream` (tests)."""
+    from . import modelled
+
+    model = model or modelled.model
+    upstream = upstream or modelled.flydsl_upstream
+    rows = []
+    for name in seeds:
+        if name not in SEEDS:
+            raise FidelityError(f"unknown seed {name!r} (known: {', '.join(SEEDS)})")
+        if name not in SPEED_SHAPES:
+            raise FidelityError(f"no modelled speed rows for seed {name!r} yet (only: {', '.join(SPEED_SHAPES)})")
+        seed = SEEDS[name]
+        for shape in (shapes or SPEED_SHAPES)[name]:
+            for pair, variant, commit in (("first~before", seed.first, seed.before),
+                                          ("last~after", seed.last(), seed.after)):
+                ours = model(variant, tuple(shape), sample=sample)
+                up = upstream(upstream_out, SPEED_UPSTREAM[(name, pair)], *shape, sample=sample)
+                mo, mu = _speed_metrics(ours), _speed_metrics(up)
+                for metric in mo:
+                    banded = metric in ("modelled_tflops", "cycles_per_mfma_loop")
+                    result = compare(mu[metric], mo[metric], SPEED_BAND_PCT if banded else math.inf)
+                    pct, inside = result if result is not None else (None, False)
+                    rows.append({"seed": name, "stage": seed.stage, "case": "x".join(map(str, shape)), "pair": pair,
+                                 "metric": metric, "upstream_commit": commit[:9], "upstream": mu[metric],
+                                 "variant": variant, "ours": mo[metric], "diff_pct": pct,
+                                 "band_pct": SPEED_BAND_PCT if banded else math.nan,
+                                 "within_band": bool(inside) if banded else None, "label": "modelled",
+                                 "model_fingerprint": ours.get("model_fingerprint")})
+    return pd.DataFrame(rows, columns=list(COLUMNS) + ["label", "model_fingerprint"])
+
+
+def speed_markdown(speed: pd.DataFrame) -> str:
+    """The speed rows as a markdown table: per pair TFLOPS, cycles per MFMA and the exposed cycles that
+    differ most (modelled)."""
+    if speed.empty:
+        raise FidelityError("the speed table is empty")
+    lines = ["| seed | case | ours ~ upstream | TFLOPS (modelled) | cycles / MFMA | largest exposed-cycle differences |",
+             "|---|---|---|---:|---:|---|"]
+    for (seed, case, pair), g in speed.groupby(["seed", "case", "pair"], sort=False):
+        m = g.set_index("metric")
+        exp = m[m.index.str.startswith("exposed_")].copy()
+        exp["d"] = exp["ours"] - exp["upstream"]
+        top = exp.reindex(exp["d"].abs().sort_values(ascending=False).index).head(3)
+        cells = "; ".join(f"{i[8:]} {o:.0f} vs {u:.0f}" for i, o, u in zip(top.index, top["ours"], top["upstream"]))
+        t, c = m.loc["modelled_tflops"], m.loc["cycles_per_mfma_loop"]
+        lines.append(f"| {seed} | {case} | {g['variant'].iloc[0]} ~ {g['upstream_commit'].iloc[0][:8]} | "
+                     f"{t['ours']:.0f} vs {t['upstream']:.0f} ({_pct(t['diff_pct'])}) | "
+                     f"{c['ours']:.2f} vs {c['upstream']:.2f} ({_pct(c['diff_pct'])}) | {cells} |")
+    lines += ["", f"Modelled (gfx950emu.timing, model {speed['model_fingerprint'].iloc[0]}, one workgroup sampled), "
+              f"ours and upstream in the same model; band {SPEED_BAND_PCT:g} % on TFLOPS and cycles per MFMA; "
+              "exposed cycles are per SIMD over the sampled workgroup."]
+    return "\n".join(lines)
+
+
 def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
@@ -383,8 +474,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
+    up_out = None
+    if "--upstream-out" in args:  # add the modelled speed rows (needs the compiled upstream ISA)
+        i = args.index("--upstream-out")
+        if i + 1 >= len(args):
+            print("error: --upstream-out needs a folder", file=sys.stderr)
+            return 2
+        up_out = args[i + 1]
+        del args[i:i + 2]
+        if not Path(up_out).is_dir():
+            print(f"error: --upstream-out {up_out} is not a folder", file=sys.stderr)
+            return 2
     try:
         table = fidelity_table(args or None)
+        speed = speed_table(up_out, [a for a in (args or ["gemm"]) if a in SPEED_SHAPES]) if up_out else None
     except (FidelityError, toolchain.ToolchainError, ValueError) as err:
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -392,6 +495,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(summary(table).to_string(index=False))
         print()
         print(wide(table).to_string(index=False))
+        if speed is not None and len(speed):
+            print()
+            print(speed_markdown(speed))
+            print()
+            print(speed.drop(columns=["stage", "band_pct"]).to_string(index=False))
     return 0
 
 

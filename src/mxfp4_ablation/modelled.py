@@ -34,7 +34,7 @@ LABEL = "modelled"
 #: res.timing keys copied into every result (the big ones -- by_instruction -- only with full=True)
 _KEEP = ("cycles", "wave_cycles", "mfma_count", "cycles_per_mfma_loop", "mfma_busy", "exposed", "hot_loop",
          "sampled_workgroups", "occupancy_workgroups_per_cu", "grid_workgroups", "lds_conflict_cycles",
-         "model_version", "clock_ghz", "kernel")
+         "model_version", "clock_ghz", "kernel", "activity")
 
 
 def _timing():
@@ -46,7 +46,9 @@ def _timing():
 def model_fingerprint() -> str:
     """Model version + digests of the parameter values and the model code (a change invalidates the cache)."""
     T = _timing()
-    values = {k: e["value"] for k, e in T.table().items()}          # values only: a reworded source keeps the cache
+    # values only (a reworded source keeps the cache); [power] enters after the cycle simulation
+    # (gfx950emu.timing.power.apply, re-applied on every cache hit), so a fit keeps the cache too
+    values = {k: e["value"] for k, e in T.table().items() if not k.startswith("power.")}
     digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]
     cu = Path(T.__file__).with_name("cu.py").read_bytes() + Path(T.__file__).with_name("grid.py").read_bytes()
     return f"{T.model_version()}+{digest}+{hashlib.sha256(cu).hexdigest()[:8]}"
@@ -93,6 +95,29 @@ def _prepare(variant_name: str, shape: tuple, seed: int) -> dict:
             "shape_args": shape_args}
 
 
+def _reapply_power(hit: dict | None, overrides: dict | None = None) -> dict | None:
+    """A cached result at the current ``[power]`` parameters (:func:`gfx950emu.timing.power.apply`);
+    None (re-simulate) when the power clock is on and the entry predates the activity counts."""
+    if hit is None:
+        return None
+    from gfx950emu.timing import Params, power
+
+    p = Params(overrides=overrides)
+    if not power.enabled(p):
+        if "power" in hit.get("kernel", {}):  # cached with the power clock on: back to the constant clock
+            from gfx950emu.timing import grid
+
+            hit["kernel"] = {k: v for k, v in grid.at_clock(hit["kernel"], p.clock_sustained_ghz, p).items()
+                             if k not in ("power", "round_overhead_us")}
+            hit["clock_ghz"] = hit["kernel"]["clock_ghz"]
+        return hit
+    if not hit.get("activity"):
+        return None
+    hit["kernel"] = power.apply(hit["kernel"], hit["activity"], p)
+    hit["clock_ghz"] = hit["kernel"]["clock_ghz"]
+    return hit
+
+
 def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=None, trace: str | None = None,
               use_cache: bool = True, key_extra: Any = None, kernel: str | None = None,
               full: bool = False, overrides: dict | None = None) -> dict:
@@ -106,7 +131,7 @@ def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=N
                                     + ([sorted(overrides.items())] if overrides else []),
                                     default=str).encode()).hexdigest()
     if use_cache and not trace:
-        hit = _cache_load(key)
+        hit = _reapply_power(_cache_load(key), overrides)
         if hit is not None:
             hit["cached"] = True
             return hit if full else {k: v for k, v in hit.items() if k != "by_instruction"}

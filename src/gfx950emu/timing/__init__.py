@@ -27,6 +27,10 @@ runs any ``.s`` file.
 * ``kernel`` -- the grid: us, tflops, bound (compute|memory), clock_ghz, rounds, bytes_hbm, bytes_l2,
   compute_us, compute_cycles, memory_us, launch_us, flops, flops_source (caller|mfma), cus,
   workgroups_first_cu, footprint_bytes_per_workgroup;
+* ``activity`` -- event counts of the sampled workgroups for the power-limited clock
+  (:mod:`gfx950emu.timing.power`: MFMA passes, operand bytes read with and without operand reuse,
+  LDS / VMEM bytes, VALU instructions); ``kernel["power"]`` says the clock it gave when ``[power]``
+  is enabled;
 * ``sampled_workgroups``, ``workgroups_simulated``, ``occupancy_workgroups_per_cu``, ``grid_workgroups``,
   ``lds_conflict_cycles``, ``cu_cycles``, ``label`` ("modelled"), ``model_version``, ``clock_ghz``;
 * ``trace_events`` (only with ``timing_trace=True``): [workgroup, wave, simd, instruction, issue, end, kind]
@@ -39,6 +43,7 @@ import statistics
 import numpy as np
 
 from . import grid as _grid
+from . import power as _power
 from .cu import CU, REASONS, analyse
 from .params import PARAMS_FILE, Params, table
 
@@ -141,6 +146,11 @@ def simulate(L, wgs, make_waves, *, sample=None, flops=None, params=None, overri
     kern = _grid.kernel(p, prog, L, n_wg=len(wgs), share=share, sampled=len(chosen), sim_cycles=sim_cycles,
                         occupancy=occ, vmem_bytes=cu.vmem_bytes, mfma_flops=cu.mfma_flops,
                         flops=flops, touched=touched)
+    # the one place cycles become seconds besides grid.kernel: the power-limited clock (power.py);
+    # a no-op while [power].enabled is false
+    out["activity"] = _power.activity(prog, static, cu.count_by_ins, sim_cycles=sim_cycles, n_wg=len(wgs),
+                                      sampled=len(chosen))
+    kern = _power.apply(kern, out["activity"], p)
     out["kernel"] = kern
     out["occupancy_workgroups_per_cu"] = occ
     out["grid_workgroups"] = len(wgs)

@@ -23,9 +23,9 @@ copied verbatim, so lane ``l`` reads its operand at ``16*l``.  Workgroups walk
 the tiles in an XCD-aware order (see :func:`tile_order`).
 
 One K step ``k`` (stage ``k % 2``) is two waits and four 64x64 blocks of 32 MFMAs; each block
-issues its loads one after every 1-3 MFMAs, in evenly spaced slots, none in its last
-:data:`QUIET_TAIL` MFMAs (``_Plan.segments`` lists them, ``_Emitter.block`` places them), as
-FlyDSL's kernel does before and after PR #990.  With b_carry (PR #990's "after")::
+issues its loads where the seed puts them (:data:`INTERLEAVE_DOC`, :func:`load_slots`: one after
+each of the first MFMAs before PR #990, evenly spread over all 32 after it; ``_Plan.segments`` lists
+them, ``_Emitter.block`` places them).  With b_carry (PR #990's "after")::
 
     s_waitcnt vmcnt(N) lgkmcnt(0) ; s_barrier  # A1 of step k landed; stage k%2's A0/B0/B1 read by all
     block (0,0)  | LDS-DMA A0 of step k+2 x4, ds_read A1 of step k x8
@@ -97,8 +97,8 @@ SWITCHES = _family.switch_table(
         metric="v_accvgpr_write/read/mov in the loop fall to 0, arch_vgpr falls, agpr = 256; v_accvgpr_write "
         "outside the loop = 256 (the zeroing, removed later by zero_first_k). Measured at 8192^3: gemm-v0 "
         "(no pinning) keeps arch_vgpr at 256 and spills (220 scratch bytes; per loop iteration 45 scratch "
-        "loads, whose vmcnt waits drain the LDS-DMAs, and 376 v_accvgpr read/write/mov); modelled 1055 -> "
-        "4862 TFLOPS. Fidelity of this first rung "
+        "loads, whose vmcnt waits drain the LDS-DMAs, and 376 v_accvgpr read/write/mov); the modelled step is in the "
+        "generated tables (model version and interval there). Fidelity of this first rung "
         "(gemm-v1) against FlyDSL daee90e4 at 8192^3, measured: 21 of 27 fingerprint metrics within 10 % "
         "(arch_vgpr 252 vs 250, hot loop 529 vs 495 instructions and 33 vs 34 s_waitcnt per 2 K steps, every "
         "LDS read and DMA issued between MFMAs as there: loop_max_lds_run 1 vs 1); outside: sgpr 53 vs 69 (-23 %, not explained yet), s_load 6 vs 8 (ours: 6 "
@@ -113,7 +113,11 @@ SWITCHES = _family.switch_table(
         claim="an issue order learnt from aiter's asm keeps operands hot.",
         mechanism="each 64x64 block is walked as 2x2 micro-blocks of MFMAs sharing one A-scale and one B-scale "
         "register (only op_sel changes); consecutive MFMAs alternately reuse the A or the B operand and the "
-        "micro-block rows snake (left-right, then right-left).",
+        "micro-block rows snake (left-right, then right-left). The same method of the seed "
+        "(Mfma16x16x128Fp4.call) also changed where a block's loads go, so this switch carries that too: "
+        "before it one load after each of the block's first MFMAs, DMAs then reads (daee90e4: 'one is "
+        "issued after each MFMA'); with it the loads riffled and spread over all 32 MFMAs, load t after MFMA "
+        "floor(32 t / n) (741f3d6d: slots = {(t * n_mfma) // len(thunks)}); see gemm.load_slots.",
         metric="mfma_operand_reuse (share of consecutive MFMA pairs with a common src0 or src1) rises; MFMA "
         "count unchanged.",
         expects=(Expect("mfma_operand_reuse", "up"),),
@@ -131,8 +135,8 @@ SWITCHES = _family.switch_table(
         "the loop (program: 67 -> 3 at 8192^3, upstream before: 67); the hot loop 526 -> 468 instructions "
         "at 8192^3 (2 K steps). Side effect: the compiler no longer sees the DMA, so its own waits for the VGPR "
         "scale loads count only those (vmcnt(3) .. vmcnt(0) before their first use) and drain the LDS-DMAs "
-        "in flight (loop_s_waitcnt 33 -> 33, but modelled at 8192^3 4850 -> 4116 TFLOPS, 16.7 -> 20.4 cycles "
-        "per hot-loop MFMA; scale_prefetch removes those loads: 4891).",
+        "in flight (loop_s_waitcnt 33 -> 33; the modelled cost of those drains is in the generated tables; "
+        "scale_prefetch removes those loads).",
         expects=(Expect("loop_s_mov_b32_m0", "down", note="per K step 16 -> 4 in our kernel"),
                  Expect("loop_v_readfirstlane", "down", note="one per LDS-DMA load -> 0"),
                  Expect("loop_s_add_u32_m0", "up", note="per K step 0 -> 12 in our kernel")),
@@ -160,13 +164,13 @@ SWITCHES = _family.switch_table(
         "consumed in the step that reads it and each step's two waits fold into s_waitcnt vmcnt(N) lgkmcnt(0) "
         "+ s_barrier. Without it (PR #990's before) B half 1 is read in block (0,0) and used in (0,1), and the "
         "top wait leaves the carried B half-0 reads in flight (lgkmcnt(8)), so the compiler waits "
-        "lgkmcnt(n) per fragment. Either way every load is issued between MFMAs (one per 1-3).",
+        "lgkmcnt(n) per fragment. Either way every load is issued between MFMAs, where the seed puts them "
+        "(gemm.load_slots; the former QUIET_TAIL knob, tuned under the model, is gone).",
         metric="loop_s_waitcnt_per_4k 66 -> 8 at 8192^3 (seed: 68 -> 8; FlyDSL daee90e4 34 per 2 K steps, "
         "ours 33); no ds_read run outside the MFMA stream before or after (longest run of loads without an "
-        "MFMA: 1, as upstream after). Modelled at 8192^3 (gfx950emu.timing 0.1.0): 4891 -> 4884 TFLOPS "
-        "(-0.1 %, hot loop 16.45 -> 16.42 cycles per MFMA; before this interleave, with the loads in runs "
-        "in front of the MFMAs: 3107 -> 2880, -7.3 %); the modelled step is flat because the waits it "
-        "removes hide behind the MFMAs already.",
+        "MFMA: 1, as upstream after). Its modelled sign used to depend on QUIET_TAIL (a knob chosen under "
+        "the model: -1.8 % .. +0.9 %); the loads now sit where FlyDSL 741f3d6d puts them (gemm.load_slots), "
+        "and the modelled step with its interval is in the generated tables.",
         expects=(Expect("loop_s_waitcnt_per_4k", "down", seed_before=68, seed_after=8,
                         note="ours 66 -> 8 per 4 K steps (8192^3)"),),
         requires=("g2s_m0",),
@@ -310,13 +314,41 @@ RING_SLOT = 4096  # one K step of the tile's scales: A 2 KiB + B 2 KiB
 N_XCD = 8
 GROUP_M = 4
 LOADS_PER_STEP = 16  # LDS-DMA instructions per wave per K step (8 A + 8 B)
-#: MFMAs at the end of each 32-MFMA block that issue no load, so that the loads issued last have
-#: landed when the wait ending the block (or the next block) needs them: 3 MFMAs ~ 48 cycles ~ the LDS
-#: latency (FlyDSL spreads its loads over all 32).  Modelled at 8192^3 (gfx950emu.timing 0.1.0),
-#: gemm-v4 / gemm-v5 (b_carry) / gemm-v9 TFLOPS: 0 -> 4816 / 4731 (-1.8 %) / 4964; 2 -> 4870 / 4847
-#: (-0.5 %) / 5090; 3 -> 4891 / 4884 (-0.1 %) / 5127; 4 -> 4858 / 4901 (+0.9 %) / 5152 (arch VGPRs
-#: 207 with 3, 215 with 4: FlyDSL after PR #990 has 194).  FlyDSL 741f3d6d: 5030.
-QUIET_TAIL = 3
+#: Where a block's loads sit among its MFMAs, as the seed's ``Mfma16x16x128Fp4.call`` puts them
+#: (read off the seed's source; nothing here was chosen by looking at the timing model):
+#:
+#: * ``"front"`` -- FlyDSL daee90e4 (before PR #990), ``kernels/gemm/fp4_gemm_4wave.py``,
+#:   ``Mfma16x16x128Fp4.call``: "one is issued after each MFMA" (``if nth[0] < len(thunks):
+#:   thunks[nth[0]]()`` after every MFMA), so load t follows MFMA t and a block with n loads leaves
+#:   its last ``32 - n`` MFMAs without a load (20 for 12 loads: the compiled daee90e4 hot loop reads
+#:   ``MG MG MG MG MR x8`` then 20 bare MFMAs).  The thunk list is the DMAs, then the reads
+#:   (``_g2s_thunks(...) + _s2r_thunks(...)``), not riffled.
+#: * ``"spread"`` -- FlyDSL 741f3d6d (PR #990), same method:
+#:   ``slots = {(t * n_mfma) // len(thunks) for t in range(len(thunks))}``: load t follows MFMA
+#:   ``floor(32 t / n)``, so ``31 - floor(32 (n - 1) / n)`` MFMAs at a block's end carry no load
+#:   (2 for 12 or 14 loads, 1 for 20, 5 for 6).  The DMAs and reads are riffled (``_riffle``,
+#:   "proportionally like aiter's asm"; here :func:`_spread`).
+#:
+#: This replaces the former ``QUIET_TAIL = 3`` (no load in a block's last 3 MFMAs, for every rung),
+#: which had been chosen while looking at modelled numbers.  PR #990 changed both inside the one
+#: method that also emits the MFMAs in serpentine order (``order = self._order()``), so the
+#: ``serpentine`` switch (the in-wave MFMA emission order) carries it: rungs without serpentine
+#: use ``"front"``, rungs with it ``"spread"``.
+INTERLEAVE_DOC = "front before PR #990 (daee90e4 Mfma16x16x128Fp4.call), spread after (741f3d6d slots)"
+
+
+def interleave_rule(sw) -> str:
+    """``"front"`` or ``"spread"`` (see :data:`INTERLEAVE_DOC`) for switch set ``sw``."""
+    return "spread" if "serpentine" in sw else "front"
+
+
+def load_slots(n_thunks: int, n_mfma: int, rule: str) -> list:
+    """The MFMA index (0-based) after which each of ``n_thunks`` loads is issued, by the seed's rule."""
+    if rule == "front":
+        return [min(t, n_mfma - 1) for t in range(n_thunks)]
+    if rule == "spread":
+        return [(t * n_mfma) // n_thunks for t in range(n_thunks)]
+    raise ValueError(f"unknown interleave rule {rule!r}")
 
 
 def _mfma_order(serpentine: bool):
@@ -491,18 +523,17 @@ class _Emitter:
 
     def block(self, acc, h, v, af, bf, scales, first, thunks=()):
         """32 MFMAs of 64x64 block (h, v): both 128-K halves, tiles in the switch's order.  ``thunks``
-        (one load instruction each) are issued in evenly spaced slots among the first 28 MFMAs, thunk
-        t right after MFMA ``floor(28 t / len(thunks))``: one load per 1-3 MFMAs, in the MFMAs' shadow,
-        and none in the last :data:`QUIET_TAIL` so that the loads issued last have landed when a wait
-        (or the next block) needs them."""
+        (one load instruction each) are issued right after the MFMAs :func:`load_slots` names, by the
+        seed's rule for this rung (:func:`interleave_rule`: one per MFMA from the first before PR #990,
+        evenly spread over all 32 after it)."""
         sa = scales[0:4]
         sb = scales[4:8]
         thunks = list(thunks)
         order = _mfma_order("serpentine" in self.sw)
         n_mfma = 2 * len(order)
         after = {}
-        for t in range(len(thunks)):
-            after.setdefault(t * (n_mfma - QUIET_TAIL) // len(thunks), []).append(thunks[t])
+        for t, slot in enumerate(load_slots(len(thunks), n_mfma, interleave_rule(self.sw))):
+            after.setdefault(slot, []).append(thunks[t])
         m = 0
         for ks in range(2):
             for ti, tj in order:
@@ -683,7 +714,7 @@ class _Plan:
         instruction is issued (read off :meth:`segments`)."""
         out = {}
         for seg in self.segments(k):
-            if seg[0] != "block":
+            if seg[0] not in ("block", "issue"):
                 continue
             for u in seg[2]:
                 g = {"dma": lambda: (u[1], k + u[2]), "gather": lambda: ("G", k + u[1]),
@@ -701,7 +732,8 @@ class _Plan:
         return 0 if self.carry_b else 8
 
     def segments(self, k):
-        """Step k as ``[("wait", tag, needs) | ("block", (h, v), units)]`` in issue order.
+        """Step k as ``[("issue", tag, units) | ("wait", tag, needs) | ("block", (h, v), units)]`` in
+        issue order (``issue``: loads outside any block, the no-ring scale loads at the step's top).
 
         Units: ``("dma", half, rel, r)`` (LDS-DMA instruction r of that half of step k+rel, into the
         stage step k reads), ``("read", half, rel, ks, t)`` (the ds_read_b128 of fragment (t, ks) of
@@ -716,6 +748,8 @@ class _Plan:
         from the other stage after the middle wait.
         """
         KI, carry = self.KI, self.carry_b
+        # the seed's thunk order: riffled after PR #990 (_riffle), the DMAs then the reads before it
+        mix = _spread if interleave_rule(self.sw) == "spread" else (lambda a, b: list(a) + list(b))
         refill = k + 2 < KI
         nxt = k + 1 < KI
 
@@ -732,12 +766,20 @@ class _Plan:
         gather = [("gather", 3)] if self.gathers(k) else []
         later = ["A0", "B0", "B1"] if carry else ["A0", "B0"]  # the next step's, read here
         top = [("A1", k)] + ([("G", k + 1)] if self.ring and nxt else [])
-        segs = [("wait", "top", top)]
+        segs = []
+        if not self.ring and scales:
+            # FlyDSL daee90e4 (no LDS ring): `_one_step` starts with `_load_scales_rt(kc_i + 1)`, the 8
+            # VGPR scale loads of the next step, before its first wait_barrier (compiled: 8
+            # buffer_load_dword ahead of the step's first s_barrier); scale_prefetch moves them into
+            # the MFMA shadow as ring reads
+            segs.append(("issue", "scales", scales))
+            scales = []
+        segs.append(("wait", "top", top))
         if carry:
-            segs.append(("block", (0, 0), _spread(dma("A0"), read("A1", 0))))
-            segs.append(("block", (0, 1), _spread(dma("B0"), scales)))
+            segs.append(("block", (0, 0), mix(dma("A0"), read("A1", 0))))
+            segs.append(("block", (0, 1), mix(dma("B0"), scales)))
         else:  # B1 read in block (0,0)'s shadow and consumed in (0,1); A1 in (0,1)'s, consumed after the wait
-            segs.append(("block", (0, 0), _spread(dma("A0"), read("B1", 0))))
+            segs.append(("block", (0, 0), mix(dma("A0"), read("B1", 0))))
             segs.append(("block", (0, 1), read("A1", 0) + scales))
         nreads = [u for h in later for u in read(h, 1)] if nxt else []
         if refill or nreads:
@@ -747,8 +789,8 @@ class _Plan:
         # Without b_carry B0 was read at the end of the previous step: the middle wait releases it.
         # The halves stay whole (g2s_m0 advances m0 from one instruction of a half to the next).
         refills = dma("B1") if carry else dma("B0") + dma("B1")
-        segs.append(("block", (1, 0), _spread(refills, ra) + gather))
-        segs.append(("block", (1, 1), _spread(dma("A1"), rb)))
+        segs.append(("block", (1, 0), mix(refills, ra) + gather))
+        segs.append(("block", (1, 1), mix(dma("A1"), rb)))
         return segs
 
     # ---------------------------------------------------------------- replay
@@ -964,6 +1006,10 @@ class _Steps(_Emitter):
             if seg[0] == "wait":
                 lgkm = plan.top_lgkmcnt() if seg[1] == "top" else 0
                 _wait(vmcnt=plan.loop_wait(seg[1], ks_list), lgkmcnt=lgkm)
+                continue
+            if seg[0] == "issue":  # loads issued outside any block (before the step's first wait)
+                for u in seg[2]:
+                    unit(u)
                 continue
             (h, v), units = seg[1], seg[2]
             a = frags["A%d" % h, 0]

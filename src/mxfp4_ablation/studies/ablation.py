@@ -13,10 +13,10 @@ measured. Two layers:
   :func:`leave_one_out`, :func:`order_of_impact`, :func:`moe_ratios`, and the figures registered in
   :func:`register` (drawn from the stored tables alone, so ``make figures`` redraws them).
 
-The error band of a modelled delta (:func:`error_band`): the timing model's largest absolute error, in
-percentage points, on a published *step* -- the after/before TFLOPS ratio of FlyDSL PR #990 at its four
-shapes in ``experiments/reference/timing_validation.csv`` (rows ``source == "ratio after/before"``). A
-modelled delta ``d`` is reported as ``d +- band``; its sign is *resolved* when ``|d| > band``.
+The interval of a modelled delta (:func:`.speed.step_interval`, summarised by :func:`error_band`): from
+the model's *held-out* speed-up residuals (``experiments/reference/calibration.csv``, written by
+``python -m mxfp4_ablation.calibration fit --write``): a delta ``d`` becomes ``d - bias +- half-width``;
+its sign is *resolved* when that interval excludes 0.
 
 Sample: GEMM workgroups are all alike, so a GEMM point models one workgroup (``sample=1``, the setting
 the validation table was made with); MoE workgroups differ (empty experts, partial blocks), so a MoE
@@ -284,27 +284,24 @@ def timeline(variant: str, shape: Sequence[int], iterations: int = 2, sample="au
 
 
 def error_band(path: str | Path | None = None) -> dict:
-    """The model's error band for a step delta, from the validation table (see the module doc):
-    ``{"band_pp", "rule", "errors_pp", "bias_pp"}``."""
-    path = Path(path) if path is not None else paths.reference_dir() / "timing_validation.csv"
-    if not path.is_file():
-        raise AblationError(f"no timing validation table at {path}")
-    df = pd.read_csv(path)
-    ratio = df[df["source"] == "ratio after/before"]
-    if ratio.empty:
-        raise AblationError(f"{path.name} has no 'ratio after/before' rows to derive an error band from")
-    errs = [float(e) for e in ratio["error_pct"]]
-    band = max(abs(e) for e in errs)
-    return {"band_pp": round(band, 2), "bias_pp": round(sum(errs) / len(errs), 2), "errors_pp": errs,
-            "rule": (f"+-{band:.2f} pp = the largest |modelled - published| after/before ratio error of FlyDSL "
-                     f"PR #990 over its {len(errs)} shapes ({path.name}); the model over-states that step by "
-                     f"{min(errs):+.2f} .. {max(errs):+.2f} pp")}
+    """The model's uncertainty for a step delta (see the module doc): the held-out-residual model of
+    :func:`.speed.step_interval` (``path``: a calibration.csv), as ``{"band_pp"`` (the interval's
+    half-width), ``"bias_pp"``, ``"spread_pp"``, ``"rule"}``."""
+    from .speed import step_interval
+
+    iv = step_interval(0.0, path=path)
+    return {"band_pp": iv["half_width_pp"], "bias_pp": iv["bias_pp"], "spread_pp": iv["spread_pp"],
+            "rule": iv["rule"], "path": path}
 
 
-def step_deltas(sweep_df: pd.DataFrame, pairs: Sequence[tuple[str | None, str]], band_pp: float,
-                switches: dict | None = None) -> pd.DataFrame:
+def step_deltas(sweep_df: pd.DataFrame, pairs: Sequence[tuple[str | None, str]], band_pp: float | None = None,
+                switches: dict | None = None, calibration: str | Path | None = None) -> pd.DataFrame:
     """Per ``(baseline, variant)`` pair and shape: both modelled TFLOPS and us, the delta in % with
-    the band, the bound. A pair with no baseline (the first rung) has no delta."""
+    its interval from held-out residuals (:func:`.speed.step_interval`: ``delta_low`` / ``delta_high``,
+    ``bias_pp``, ``band_pp`` = the half-width; ``resolved`` = the interval excludes 0), the bound. A
+    pair with no baseline (the first rung) has no delta.  ``band_pp`` is ignored (kept for callers)."""
+    from .speed import step_interval
+
     by = {(r.variant, r.shape): r for r in sweep_df.itertuples()}
     rows = []
     for base, var in pairs:
@@ -314,14 +311,14 @@ def step_deltas(sweep_df: pd.DataFrame, pairs: Sequence[tuple[str | None, str]],
             if base and b is None:  # the predecessor was not modelled at this shape
                 continue
             d = 100.0 * (v.tflops / b.tflops - 1.0) if b is not None else float("nan")
+            iv = step_interval(d, path=calibration)
             rows.append({"label": LABEL, "variant": var, "baseline": base,
                          "switch": (switches or {}).get(var), "shape": shape,
                          "baseline_tflops": b.tflops if b is not None else float("nan"), "tflops": v.tflops,
                          "baseline_us": b.us if b is not None else float("nan"), "us": v.us,
-                         "delta_pct": round(d, 3) if not math.isnan(d) else d, "band_pp": band_pp,
-                         "delta_low": round(d - band_pp, 3) if not math.isnan(d) else d,
-                         "delta_high": round(d + band_pp, 3) if not math.isnan(d) else d,
-                         "resolved": bool(abs(d) > band_pp) if not math.isnan(d) else False,
+                         "delta_pct": round(d, 3) if not math.isnan(d) else d, "band_pp": iv["half_width_pp"],
+                         "bias_pp": iv["bias_pp"], "delta_centre": iv["centre_pct"],
+                         "delta_low": iv["low"], "delta_high": iv["high"], "resolved": iv["resolved"],
                          "bound": v.bound, "baseline_bound": b.bound if b is not None else None,
                          "model_version": v.model_version, "clock_ghz": v.clock_ghz})
     return pd.DataFrame(rows)
@@ -357,21 +354,27 @@ def claimed_speedup(claim: str) -> tuple[float, float] | None:
     return None
 
 
-def verdict(claim: str, delta_pct: float, band_pp: float) -> str:
-    """Did the model see the claimed effect? One line: sign first, then size where the claim gives one."""
+def verdict(claim: str, delta_pct: float, band_pp: float, low: float | None = None,
+            high: float | None = None) -> str:
+    """Did the model see the claimed effect? One line: sign first, then size where the claim gives one.
+    ``low`` / ``high``: the step's interval (:func:`.speed.step_interval`); without them the symmetric
+    ``delta_pct +- band_pp``."""
     if delta_pct is None or math.isnan(delta_pct):
         return "no predecessor: nothing to compare"
+    if low is None or high is None or low != low:
+        low, high = delta_pct - band_pp, delta_pct + band_pp
     size = claimed_speedup(claim)
-    if abs(delta_pct) <= band_pp:
-        sign = (f"sign unresolved: {delta_pct:+.2f}% is inside the model's +-{band_pp:.2f} pp band")
-    elif delta_pct > 0:
-        sign = f"sign seen: faster by {delta_pct:+.2f}% (+-{band_pp:.2f} pp)"
+    span = f"interval [{low:+.2f}, {high:+.2f}] %"
+    if low <= 0 <= high:
+        sign = f"sign unresolved: {delta_pct:+.2f}%, {span} holds 0"
+    elif low > 0:
+        sign = f"sign seen: faster by {delta_pct:+.2f}% ({span})"
     else:
-        sign = f"sign contradicted: slower by {delta_pct:+.2f}% (+-{band_pp:.2f} pp)"
+        sign = f"sign contradicted: slower by {delta_pct:+.2f}% ({span})"
     if size is None:
         return f"{sign}; the claim states no speed-up size"
     lo, hi = size
-    hit = (delta_pct + band_pp) >= lo and (delta_pct - band_pp) <= hi
+    hit = high >= lo and low <= hi
     claimed = f"~{lo:g}%" if lo == hi else f"{lo:g}-{hi:g}%"
     return (f"{sign}; the claim says {claimed} faster (in its own regime): size "
             f"{'consistent' if hit else 'not consistent'} with the model here")
@@ -382,7 +385,7 @@ def verdicts(deltas: pd.DataFrame, claims: dict) -> pd.DataFrame:
     rows = []
     for r in deltas.itertuples():
         claim = claims.get(r.variant, "")
-        line = verdict(claim, r.delta_pct, r.band_pp)
+        line = verdict(claim, r.delta_pct, r.band_pp, getattr(r, "delta_low", None), getattr(r, "delta_high", None))
         if getattr(r, "bound", None) == "memory" and getattr(r, "baseline_bound", None) == "memory":
             line += "; both are memory-bound in the model (its memory floor hides issue-side changes)"
         rows.append({"label": LABEL, "variant": r.variant, "switch": r.switch, "shape": r.shape,
@@ -529,8 +532,8 @@ class StepModel:
     seconds: float = 0.0
 
     def table(self) -> pd.DataFrame:
-        cols = ["shape", "baseline_tflops", "tflops", "baseline_us", "us", "delta_pct", "band_pp", "resolved",
-                "bound", "model_version", "clock_ghz", "label"]
+        cols = ["shape", "baseline_tflops", "tflops", "baseline_us", "us", "delta_pct", "delta_low", "delta_high",
+                "resolved", "bound", "model_version", "clock_ghz", "label"]
         return self.deltas[cols]
 
     def verdict_lines(self) -> str:
@@ -720,8 +723,9 @@ def findings(study: str, tables: dict, stats: dict, band: dict) -> list[str]:
         dd = d.dropna(subset=["delta_pct"])
         top = dd.loc[dd["delta_pct"].idxmax()]
         out.append(f"Largest modelled step: {top['variant']} ({top['switch']}) {top['delta_pct']:+.2f}% at "
-                   f"{top['shape']} (band +-{band['band_pp']:.2f} pp); {int(dd['resolved'].sum())} of {len(dd)} "
-                   f"step deltas are outside the band.")
+                   f"{top['shape']} (interval [{top['delta_low']:+.2f}, {top['delta_high']:+.2f}] %); "
+                   f"{int(dd['resolved'].sum())} of {len(dd)} step deltas are resolved (their interval from "
+                   f"held-out residuals excludes 0; bias {band['bias_pp']:+.2f} pp removed, +-{band['band_pp']:.2f} pp).")
     wf = tables.get("modelled_waterfall")
     pub = tables.get("modelled_published")
     if wf is not None and len(wf):
@@ -1145,7 +1149,7 @@ def readme_columns(study_name: str, run_dir: str | Path | None) -> dict:
     out = {}
     for regime, shape in where.items():
         for r in d[d["shape"] == shape].itertuples():
-            delta = "–" if r.delta_pct != r.delta_pct else f"{r.delta_pct:+.2f}% ±{r.band_pp:.1f}"
+            delta = "–" if r.delta_pct != r.delta_pct else f"{r.delta_pct:+.2f}% [{r.delta_low:+.1f}, {r.delta_high:+.1f}]"
             value = f"{r.tflops:.0f}" if r.tflops >= 100 else f"{r.tflops:.1f}"
             out[(r.variant, regime)] = (value, delta)
     return out
@@ -1158,7 +1162,8 @@ def readme_note(study_name: str, run_dir) -> str:
         return ""
     d = results.read_table(path)[0]
     return (f"Modelled columns: the gfx950emu timing model ({model_detail(d)}), not measured; delta vs the "
-            f"predecessor with the model's error band ({error_band()['rule']}).")
+            f"predecessor, [low, high] = its interval from the model's held-out modelled-vs-published residuals "
+            f"({error_band()['rule']}).")
 
 
 def findings_markers(name: str) -> tuple[str, str]:
@@ -1207,9 +1212,9 @@ def main(argv: list[str] | None = None) -> int:
         took = time.perf_counter() - t0
         cached = int(sm.sweep["cached"].sum())
         print(f"# {name}: {len(sm.sweep)} modelled points ({cached} from the cache) in {took:.1f} s; "
-              f"{model_detail(sm.sweep)}; band: {sm.band['rule']}")
+              f"{model_detail(sm.sweep)}; interval: {sm.band['rule']}")
         cols = [c for c in ("gemm", "variant", "switch", "shape", "baseline_tflops", "tflops", "baseline_us", "us",
-                            "delta_pct", "band_pp", "resolved", "bound") if c in sm.deltas.columns]
+                            "delta_pct", "delta_low", "delta_high", "resolved", "bound") if c in sm.deltas.columns]
         print(sm.deltas[cols].to_string(index=False, float_format=lambda v: f"{v:.2f}"))
         for key in ("modelled_leave_one_out", "modelled_order", "modelled_moe_ratios"):
             if key in sm.tables:

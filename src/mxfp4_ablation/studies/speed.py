@@ -187,6 +187,44 @@ def _modelled_rows(variant: str, baseline: str | None, shape: tuple, shape_text:
     return rows
 
 
+# ============================================================================ a step's interval
+
+
+def step_interval(delta_pct: float, *, path: str | Path | None = None) -> dict:
+    """The interval of one step's modelled speed-up ``delta_pct`` (%), from held-out residuals.
+
+    The uncertainty model is ``experiments/reference/calibration.csv`` (written by
+    ``python -m mxfp4_ablation.calibration fit --write``, see :mod:`mxfp4_ablation.calibration`): the
+    model's speed-up predictions that were *not* fitted -- PR #990's after/before and aiter-asm/after
+    under leave-one-shape-out, aiter PR #3828's MoE ratios -- miss the published speed-up by ``bias``
+    on average, with standard deviation ``spread``.  The step's interval is the bias-corrected delta
+    ``delta - bias`` +- ``t(n-1) x spread x sqrt(1 + 1/n)`` (90 %); *resolved* = it excludes 0.
+
+    Returns ``{"delta_pct", "centre_pct", "low", "high", "half_width_pp", "bias_pp", "spread_pp",
+    "level", "resolved", "rule"}`` (NaN delta: NaN bounds, not resolved).  Callers: ``ablation.step_deltas``
+    (every step table, figure and README line) and helper code that needs the same interval.
+    """
+    from .. import calibration
+
+    try:
+        u = calibration.read_uncertainty(path)
+    except Exception as err:  # UsageError: no calibration table yet
+        raise StudyError(str(err)) from None
+    d = float(delta_pct) if delta_pct is not None else float("nan")
+    bias, hw = u["bias_pp"], u["half_width_pp"]
+    centre = d - bias
+    low, high = centre - hw, centre + hw
+    ok = d == d
+    rule = (f"{int(round(100 * u['level']))} % interval from {int(u['n'])} held-out speed-up residuals "
+            f"(experiments/reference/calibration.csv, model {u['model_fingerprint']}): bias {bias:+.2f} pp "
+            f"[{u['bias_low_pp']:+.2f}, {u['bias_high_pp']:+.2f}] removed, +-{hw:.2f} pp "
+            f"(spread {u['spread_pp']:.2f} pp)")
+    return {"delta_pct": d, "centre_pct": round(centre, 3) if ok else d, "low": round(low, 3) if ok else d,
+            "high": round(high, 3) if ok else d, "half_width_pp": round(hw, 3), "bias_pp": round(bias, 3),
+            "spread_pp": round(u["spread_pp"], 3), "level": u["level"],
+            "resolved": bool(ok and (low > 0 or high < 0)), "rule": rule}
+
+
 # ============================================================================ one step's speed
 
 
