@@ -363,13 +363,30 @@ def _read(path: Path) -> str:
         return ""
 
 
+def linker_runs(linker: Linker) -> str | None:
+    """None when ``ld.lld --version`` runs and says it is LLD; else why not (one line)."""
+    try:
+        proc = subprocess.run([*linker.command, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{' '.join(linker.command)} does not run: {err}"
+    text = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0 or "LLD" not in text:
+        tail = text.splitlines()[-1] if text else "no output"
+        return f"{' '.join(linker.command)} --version failed (exit {proc.returncode}): {tail}"
+    return None
+
+
 def describe() -> dict[str, Any]:
-    """What ``doctor`` prints about the compile toolchain."""
+    """What ``doctor`` prints about the compile toolchain: the linker found, and that it runs."""
     try:
         linker = find_linker()
-        return {"linker": linker.kind, "linker_detail": linker.detail, "flydsl": flydsl_version(), "ok": True}
     except ToolchainError as err:
         return {"linker": None, "linker_detail": str(err), "flydsl": flydsl_version(), "ok": False}
+    broken = linker_runs(linker)
+    if broken:
+        return {"linker": linker.kind, "linker_detail": f"{linker.detail}: {broken}", "flydsl": flydsl_version(),
+                "ok": False}
+    return {"linker": linker.kind, "linker_detail": linker.detail, "flydsl": flydsl_version(), "ok": True}
 
 
 __all__ = [
