@@ -231,10 +231,12 @@ def timeline(variant: str, shape: Sequence[int], iterations: int = 2, sample="au
     sample = default_sample(variant, shape) if sample == "auto" else sample
     prep = modelled._prepare(variant, tuple(shape), 0)
     fp = modelled.model_fingerprint()
-    key = hashlib.sha256(json.dumps([prep["isa_key"], list(shape), sample, fp, iterations, variant]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([prep["isa_key"], list(shape), sample, fp, iterations, variant,
+                                     modelled.inputs_digest(variant)]).encode()).hexdigest()
     cache = _timeline_cache(key)
-    if cache.is_file():
-        return pd.DataFrame(json.loads(cache.read_text()))
+    hit = modelled.cache_load(key, "timing-timeline", expect=list)  # a corrupt entry is a miss: recomputed
+    if hit is not None and all(isinstance(r, dict) and {"track", "start", "end"} <= r.keys() for r in hit):
+        return pd.DataFrame(hit)
     prog = gfx950emu.load(prep["isa"])
     res = gfx950emu.launch(prog, prep["grid"], prep["block"], prep["make_args"](), timing=True, flops=prep["flops"],
                            timing_sample=sample, timing_trace=True)
