@@ -268,9 +268,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="papermill parameter (VALUE parsed as JSON when it parses)")
     d = sub.add_parser("deps", help="print Makefile rules: each notebook's stamp and the files it depends on")
     d.add_argument("--stamps", default="experiments/.stamps")
+    sub.add_parser("check-mode", help="exit 2 with one line when MODE cannot be used on this machine")
     args = parser.parse_args(argv)
     if args.cmd == "deps":
         sys.stdout.write(make_rules(args.stamps))
+        return 0
+    if args.cmd == "check-mode":
+        from . import modes
+        from .errors import UsageError
+
+        try:
+            modes.detect()
+        except UsageError as err:
+            print(err)
+            return 2
         return 0
     params = {}
     for key, value in args.parameter:
@@ -278,9 +289,11 @@ def main(argv: list[str] | None = None) -> int:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
             params[key] = value
+    from .errors import UsageError
+
     try:
         run(args.notebook, params)
-    except NotebookError as err:
+    except (NotebookError, UsageError) as err:
         print(f"notebooks: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

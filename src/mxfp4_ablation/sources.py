@@ -83,9 +83,15 @@ def module_closure(modules: Iterable[str], data: bool = True) -> set[Path]:
             files |= package_data(path.parent)
         parts = module.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
-        tree = ast.parse(path.read_text(), str(path))
-        todo += sorted(imports(tree, module, path.name == "__init__.py"))
+        todo += _file_imports(path, module, path.stat().st_mtime_ns)
     return files
+
+
+@functools.lru_cache(maxsize=1024)
+def _file_imports(path: Path, module: str, mtime_ns: int) -> tuple[str, ...]:
+    """The modules of ours one file imports (parsed once per process and file version)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return tuple(sorted(imports(tree, module, path.name == "__init__.py")))
 
 
 def tree_files(folder: Path) -> set[Path]:
