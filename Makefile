@@ -50,7 +50,7 @@ setup: $(SETUP_STAMP) ## venv with pinned deps and the Jupyter kernel (idempoten
 # The venv belongs to the checkout it was made in: its editable install, script shebangs and Jupyter
 # kernelspec name that path. The stamp records it; in a copied or moved checkout it (or the venv's own
 # VIRTUAL_ENV) differs, and the venv is rebuilt from scratch (venv --clear) before anything runs.
-SETUP_PATH := $(strip $(shell cat $(SETUP_STAMP) 2>/dev/null))
+SETUP_PATH := $(filter /%,$(strip $(shell head -c 4096 $(SETUP_STAMP) 2>/dev/null | head -n1)))
 VENV_PATH := $(strip $(shell sed -n "s/^ *VIRTUAL_ENV=['\"]\{0,1\}\([^'\"]*\).*/\1/p" $(VENV)/bin/activate 2>/dev/null | head -n1))
 ifneq ($(wildcard $(SETUP_STAMP)),)
 ifneq ($(or $(and $(SETUP_PATH),$(filter-out $(CURDIR),$(SETUP_PATH))),$(and $(VENV_PATH),$(filter-out $(abspath $(VENV)),$(VENV_PATH)))),)

@@ -296,9 +296,9 @@ def test_a_copied_checkouts_venv_is_rebuilt(fake_make):
     assert "rebuilding" not in make("-n", "setup").stdout
 
 
-def test_make_lab_prints_its_url_and_starts_as_root():
-    proc = subprocess.run(["make", "-n", "lab", "SETUP_STAMP=Makefile"], cwd=paths.REPO_ROOT, capture_output=True,
-                          text=True)
+def test_make_lab_prints_its_url_and_starts_as_root(fake_make):
+    make, log, tmp = fake_make
+    proc = make("-n", "lab")
     assert "--no-browser" in proc.stdout
     assert ("--allow-root" in proc.stdout) == (os.geteuid() == 0)
 
