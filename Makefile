@@ -40,7 +40,7 @@ RUN_NOTEBOOK ?= $(PY) -m mxfp4_ablation.notebooks run
 # Notebooks `make reproduce` runs at once (default: one per core; `make -jN reproduce` or JOBS=N wins).
 JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 
-.PHONY: help setup test test-all reproduce _reproduce figures readme lab clean doctor llvm
+.PHONY: help setup test test-all chaos reproduce _reproduce figures readme lab clean doctor llvm
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -106,6 +106,9 @@ llvm: ## make sure a gfx950-capable llvm-objdump exists (installs Debian llvm-22
 
 test: $(SETUP_STAMP) ## the CI subset: everything not marked slow
 	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
+
+chaos: $(SETUP_STAMP) ## break the results as a user would (edit, SIGKILL, flip bytes, run by hand): nothing stale
+	$(PY) -m pytest -m chaos -q $(PYTEST_ARGS) tests/test_chaos.py
 
 test-all: $(SETUP_STAMP) ## every test, slow ones included
 	$(PY) -m pytest -q $(PYTEST_ARGS)
