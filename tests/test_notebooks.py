@@ -115,6 +115,8 @@ def test_a_notebook_depends_on_its_family_and_shared_code_only():
     assert not {p for p in harness if "/kernels/" in p or "gfx950emu" in p}
     assert "experiments/harness-validation/README.md" in harness
     assert "experiments/reference/gemm_published.csv" in gemm
+    # package data is an input too: the timing model's parameter file (issue #19, finding 1)
+    assert "src/gfx950emu/timing/gfx950.toml" in gemm and "src/gfx950emu/timing/gfx950.toml" in moe
     # Every family's kernel module is its study notebooks' input, from shapes.toml's groups.
     named = set().union(*(notebooks.family_modules(str(nb.relative_to(paths.REPO_ROOT))) for nb in STEP_NOTEBOOKS))
     assert set(variants.KERNEL_MODULES.values()) <= named

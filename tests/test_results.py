@@ -151,13 +151,21 @@ def test_every_table_records_its_checksum_and_a_flipped_byte_is_one_clear_error(
 
 
 def test_a_table_without_its_sidecar_checksum_is_refused(tmp_path):
-    path = results.write_table(pd.DataFrame({"x": [1]}), tmp_path / "t.parquet", {"mode": "static"})
+    """In a run folder every table is checksummed: one without is refused (committed data folders,
+    guarded by git, may predate the checksum)."""
+    path = results.write_table(pd.DataFrame({"x": [1]}), tmp_path / "20260101T000000Z-abcdef0-x" / "t.parquet",
+                               {"mode": "static"})
     sidecar = path.with_suffix(".json")
     prov = json.loads(sidecar.read_text())
     del prov[results.CHECKSUM_KEY]
     sidecar.write_text(json.dumps(prov))
     with pytest.raises(results.CorruptTable, match="records no checksum"):
         results.read_table(path)
+    committed = tmp_path / "harness-validation" / "run1" / "t.parquet"
+    committed.parent.mkdir(parents=True)
+    committed.write_bytes(path.read_bytes())
+    committed.with_suffix(".json").write_text(json.dumps(prov))
+    assert results.read_table(committed)[0]["x"].tolist() == [1]
     sidecar.unlink()
     with pytest.raises(results.CorruptTable, match="sidecar t.json is missing"):
         results.read_table(path)

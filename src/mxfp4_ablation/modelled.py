@@ -68,15 +68,19 @@ def inputs_digest(variant_name: str) -> str:
     return sources.closure_digest({variants.get(variant_name).spec.module.__name__, "mxfp4_ablation.runner"})[:16]
 
 
-def _cache_file(key: str, kind: str = "timing") -> Path:
-    return paths.cache_dir() / kind / key[:2] / f"{key}.json"
+def _cache_file(key: str) -> Path:
+    return paths.cache_dir() / "timing" / key[:2] / f"{key}.json"
+
+
+def _entry(key: str, kind: str) -> Path:
+    return _cache_file(key) if kind == "timing" else paths.cache_dir() / kind / key[:2] / f"{key}.json"
 
 
 def cache_load(key: str, kind: str = "timing", expect: type = dict) -> Any:
     """The cached value of ``key`` (under ``<cache>/<kind>/``), or None: a missing, truncated or
     unparsable entry, or one of the wrong type, is a miss -- recomputed by the caller, never fatal."""
     try:
-        value = json.loads(_cache_file(key, kind).read_text())
+        value = json.loads(_entry(key, kind).read_text())
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     return value if isinstance(value, expect) else None
@@ -84,7 +88,7 @@ def cache_load(key: str, kind: str = "timing", expect: type = dict) -> Any:
 
 def cache_store(key: str, data: Any, kind: str = "timing") -> None:
     """Write a cache entry atomically (a reader sees the old entry, the new one or none)."""
-    path = _cache_file(key, kind)
+    path = _entry(key, kind)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
