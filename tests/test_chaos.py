@@ -33,9 +33,10 @@ NOTEBOOKS = sorted(p.relative_to(paths.REPO_ROOT).as_posix() for p in (paths.REP
 
 # ------------------------------------------------------------------ an edited parameter file is planned
 
-@pytest.fixture
-def stamped(tmp_path):
+@pytest.fixture(scope="module")
+def stamped(tmp_path_factory):
     """Every notebook stamped as run (by a no-op stand-in runner), in a scratch stamp folder."""
+    tmp_path = tmp_path_factory.mktemp("stamped")
     if not all(map(lambda t: subprocess.run(["which", t], capture_output=True).returncode == 0, ("make", "flock"))):
         pytest.skip("needs make and flock")
     setup = tmp_path / "setup-done"

@@ -193,8 +193,14 @@ def test_verify_cli_subprocess_every_backend(backend, as_json):
     (("verify", "gemm-v0", "--shape", "256,256,256", "--backend", "gpu"), "invalid choice"),
     (("verify",), "required"),
 ])
-def test_more_user_errors_are_one_line_exit_2(args, needle):
-    rc, out, err = run_cli(*args)
+def test_more_user_errors_are_one_line_exit_2(capsys, args, needle):
+    """In process (main(argv), as the console script calls it): argparse's own errors exit through
+    SystemExit(2), ours return 2."""
+    try:
+        rc = cli.main(list(args))
+    except SystemExit as stop:
+        rc = stop.code
+    out, err = capsys.readouterr()
     assert rc == 2, err
     assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
