@@ -19,24 +19,48 @@ MODE ?=
 export MODE
 PYTEST_ARGS ?= -n auto
 
+# Which python can run our standard-library-only helpers before setup (the venv's once it exists).
+PYX := $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+# `make -n ...`: a dry run (it plans, runs nothing but the deps.mk regeneration).
+DRY_RUN := $(findstring n,$(filter-out -%,$(firstword $(MAKEFLAGS))))
+
 NOTEBOOKS := $(shell find notebooks -name '*.py' -not -path '*/.ipynb_checkpoints/*' | sort)
 # Where the "this notebook ran with these inputs" stamps live (a variable so tests can use a scratch one).
 STAMP_DIR ?= experiments/.stamps
 STAMPS := $(patsubst notebooks/%.py,$(STAMP_DIR)/%.done,$(NOTEBOOKS))
-SOURCES := $(shell find src -name '*.py' -not -path '*/__pycache__/*')
-# Each notebook's own inputs (the modules it imports, followed through src/, its family's kernel
-# modules, the data it reads), generated with the standard library only; see mxfp4_ablation.notebooks.
+# Every file under src/ (sources and package data), for regenerating the dependency rules.
+SOURCES := $(shell find src -type f -not -path '*/__pycache__/*' -not -name '*.pyc')
+# Each notebook's own inputs (the modules it imports, followed through src/, with their packages' data
+# files such as gfx950emu/timing/gfx950.toml, its family's kernel modules, the data it reads),
+# generated with the standard library only; see mxfp4_ablation.notebooks.
 DEPS_MK := $(STAMP_DIR)/deps.mk
 LOCK := $(STAMP_DIR)/reproduce.lock
 # How one notebook is run (a variable so that the Makefile's own behaviour can be tested cheaply).
 RUN_NOTEBOOK ?= $(PY) -m mxfp4_ablation.notebooks run
+# Notebooks `make reproduce` runs at once (default: one per core; `make -jN reproduce` or JOBS=N wins).
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 
-.PHONY: help setup test test-all reproduce _reproduce figures readme lab clean doctor llvm
+.PHONY: help setup test test-all chaos reproduce _reproduce figures readme lab clean doctor llvm
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 setup: $(SETUP_STAMP) ## venv with pinned deps and the Jupyter kernel (idempotent)
+
+# The venv belongs to the checkout it was made in: its editable install, script shebangs and Jupyter
+# kernelspec name that path. The stamp records it; in a copied or moved checkout it (or the venv's own
+# VIRTUAL_ENV) differs, and the venv is rebuilt from scratch (venv --clear) before anything runs.
+SETUP_PATH := $(filter /%,$(strip $(shell head -c 4096 $(SETUP_STAMP) 2>/dev/null | head -n1)))
+VENV_PATH := $(strip $(shell sed -n "s/^ *VIRTUAL_ENV=['\"]\{0,1\}\([^'\"]*\).*/\1/p" $(VENV)/bin/activate 2>/dev/null | head -n1))
+ifneq ($(wildcard $(SETUP_STAMP)),)
+ifneq ($(or $(and $(SETUP_PATH),$(filter-out $(CURDIR),$(SETUP_PATH))),$(and $(VENV_PATH),$(filter-out $(abspath $(VENV)),$(VENV_PATH)))),)
+$(info setup: $(VENV) was made for $(or $(filter-out $(CURDIR),$(SETUP_PATH)),$(VENV_PATH)), not this checkout ($(CURDIR)): rebuilding it)
+VENV_CLEAR := --clear
+$(SETUP_STAMP): FORCE
+endif
+endif
+.PHONY: FORCE
+FORCE:
 
 # A torch that the base interpreter already has (a ROCm or CUDA build) is kept: the venv then sees
 # the system site-packages and the torch pin is left out. Otherwise torch==2.13.0 (CPU) is installed.
@@ -44,17 +68,17 @@ $(SETUP_STAMP): requirements.txt pyproject.toml
 	@$(MAKE) --no-print-directory llvm
 	@if $(PYTHON) -c 'import torch' >/dev/null 2>&1; then \
 	  echo "setup: keeping the installed torch $$($(PYTHON) -c 'import torch; print(torch.__version__)')"; \
-	  $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  $(PYTHON) -m venv $(VENV_CLEAR) --system-site-packages $(VENV); \
 	  grep -v '^torch==' requirements.txt > $(VENV)/requirements.txt; \
 	else \
-	  $(PYTHON) -m venv $(VENV); \
+	  $(PYTHON) -m venv $(VENV_CLEAR) $(VENV); \
 	  cp requirements.txt $(VENV)/requirements.txt; \
 	fi
 	$(PY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name $(JUPYTER_KERNEL) --display-name "MXFP4 ablation" >/dev/null
 	$(PY) -m mxfp4_ablation.cli doctor
-	@touch $@
+	@echo "$(CURDIR)" > $@
 
 # gfx950-capable llvm-objdump / llvm-readelf (LLVM >= 20) for the code-object loader: a ROCm install,
 # Debian's llvm-NN, or llvm-objdump-NN on PATH. Missing: Debian's llvm-22 is installed when we are root
@@ -83,6 +107,9 @@ llvm: ## make sure a gfx950-capable llvm-objdump exists (installs Debian llvm-22
 test: $(SETUP_STAMP) ## the CI subset: everything not marked slow
 	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
+chaos: $(SETUP_STAMP) ## break the results as a user would (edit, SIGKILL, flip bytes, run by hand): nothing stale
+	$(PY) -m pytest -m chaos -q $(PYTEST_ARGS) tests/test_chaos.py
+
 test-all: $(SETUP_STAMP) ## every test, slow ones included
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
@@ -90,20 +117,56 @@ doctor: $(SETUP_STAMP) ## what the toolchain, torch and GPU look like, and the m
 	$(PY) -m mxfp4_ablation.cli doctor
 
 # One `make reproduce` at a time: the lock is held by this recipe for the whole (sub-)make, so every
-# notebook of a second run would otherwise run twice. `make -j2 reproduce` runs step notebooks two at
-# a time; the summary still waits for all of them.
+# notebook of a second run would otherwise run twice; a second one is refused in one line (checked
+# when the Makefile is read, and again, race-free, by flock). The sub-make runs JOBS notebooks at once
+# (the summary still waits for all of them) in its own process group: SIGINT / SIGTERM / SIGHUP to
+# make (or to this recipe) are forwarded to that whole group, so the sub-make, the notebook runners
+# and their kernels stop, and the lock is released when the last of them exits.
+REPRODUCE_REFUSED = reproduce: another 'make reproduce' is running in this checkout (lock $(LOCK)); wait for it to finish or stop it
+ifneq ($(filter reproduce,$(MAKECMDGOALS)),)
+ifeq ($(shell mkdir -p $(dir $(LOCK)) && flock -n $(LOCK) true 2>/dev/null && echo free),)
+$(error $(REPRODUCE_REFUSED))
+endif
+endif
+# MODE is checked before anything runs: a bad value, or MODE=device without a gfx950 GPU, is one line.
+ifneq ($(filter reproduce _reproduce $(STAMP_DIR)/%,$(MAKECMDGOALS)),)
+ifneq ($(strip $(MODE)),)
+ifeq ($(filter $(strip $(MODE)),device emulated static),)
+$(error MODE='$(MODE)' is not one of device, emulated, static (or leave it unset: auto-detect))
+endif
+ifeq ($(strip $(MODE)),device)
+MODE_ERROR := $(shell PYTHONPATH=src $(PYX) -m mxfp4_ablation.notebooks check-mode 2>&1)
+ifneq ($(MODE_ERROR),)
+$(error $(MODE_ERROR))
+endif
+endif
+endif
+endif
+# The internal targets run notebooks only under the lock (`make -n` may plan them without it).
+ifneq ($(filter _reproduce $(STAMP_DIR)/%,$(MAKECMDGOALS)),)
+ifeq ($(REPRODUCE_LOCK_HELD)$(DRY_RUN),)
+$(error $(firstword $(filter _reproduce $(STAMP_DIR)/%,$(MAKECMDGOALS))) is internal: run 'make reproduce' (it takes the lock)$(if $(shell flock -n $(LOCK) true 2>/dev/null || echo held), -- and another one is running now))
+endif
+endif
+
 reproduce: $(SETUP_STAMP) ## run every notebook (papermill) into experiments/<run-id>/, figures into figures/
 	@mkdir -p $(dir $(LOCK))
-	@flock -n -E 75 $(LOCK) $(MAKE) --no-print-directory _reproduce || { rc=$$?; \
-	  if [ $$rc = 75 ]; then echo "reproduce: another 'make reproduce' is running in this checkout (lock $(LOCK)); wait for it to finish or stop it" >&2; fi; \
-	  exit $$rc; }
+	@set -m; \
+	REPRODUCE_LOCK_HELD=1 flock -n -E 75 $(LOCK) $(MAKE) --no-print-directory \
+	  $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS)) --output-sync=line _reproduce & pid=$$!; \
+	for sig in INT TERM HUP; do trap "kill -s $$sig -- -$$pid 2>/dev/null || true" $$sig; done; \
+	rc=0; while :; do wait $$pid && rc=0 || rc=$$?; kill -0 $$pid 2>/dev/null || break; done; \
+	if [ $$rc = 75 ]; then echo "$(REPRODUCE_REFUSED)" >&2; fi; \
+	exit $$rc
 
 _reproduce: $(STAMPS)
 	@echo "reproduce: up to date ($(words $(STAMPS)) notebooks)"
 
+# A unique temp name: two makes (a run and a `make -n`) may regenerate it at once.
 $(DEPS_MK): $(NOTEBOOKS) $(SOURCES) experiments/shapes.toml
 	@mkdir -p $(@D)
-	@PYTHONPATH=src $(PYTHON) -m mxfp4_ablation.notebooks deps --stamps $(STAMP_DIR) > $@.tmp && mv $@.tmp $@
+	@tmp=$$(mktemp $@.XXXXXX.tmp) && trap 'rm -f "$$tmp"' EXIT && \
+	  PYTHONPATH=src $(PYX) -m mxfp4_ablation.notebooks deps --stamps $(STAMP_DIR) > "$$tmp" && mv "$$tmp" $@
 
 # Only the targets that run notebooks need the dependency rules (`make help` stays instant).
 ifneq ($(filter _reproduce $(STAMP_DIR)/%,$(MAKECMDGOALS)),)
@@ -122,8 +185,11 @@ figures: $(SETUP_STAMP) ## redraw every figure from stored data alone (no compil
 readme: $(SETUP_STAMP) ## regenerate README.md's generated tables from the latest summary run
 	$(PY) -m mxfp4_ablation.studies readme-table --update README.md
 
+# --no-browser: print the URL to open (a headless machine has no browser); --allow-root: Jupyter refuses
+# to start as root without it (containers).
+LAB_FLAGS ?= --no-browser $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(SETUP_STAMP) ## JupyterLab on the notebooks (jupytext opens the .py sources as notebooks)
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_FLAGS)
 
 clean: ## remove caches and run stamps (keeps experiments/ results and figures/)
 	rm -rf .cache $(STAMP_DIR) .pytest_cache .hypothesis

@@ -6,6 +6,7 @@ kills its kernel and publishes nothing. One small step notebook is executed in a
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import importlib
 import inspect
@@ -114,6 +115,8 @@ def test_a_notebook_depends_on_its_family_and_shared_code_only():
     assert not {p for p in harness if "/kernels/" in p or "gfx950emu" in p}
     assert "experiments/harness-validation/README.md" in harness
     assert "experiments/reference/gemm_published.csv" in gemm
+    # package data is an input too: the timing model's parameter file (issue #19, finding 1)
+    assert "src/gfx950emu/timing/gfx950.toml" in gemm and "src/gfx950emu/timing/gfx950.toml" in moe
     # Every family's kernel module is its study notebooks' input, from shapes.toml's groups.
     named = set().union(*(notebooks.family_modules(str(nb.relative_to(paths.REPO_ROOT))) for nb in STEP_NOTEBOOKS))
     assert set(variants.KERNEL_MODULES.values()) <= named
@@ -179,6 +182,136 @@ def test_a_second_make_reproduce_is_refused_with_a_clear_message(fake_make):
     finally:
         first.kill()
         first.wait()
+
+
+def test_the_refusal_of_a_second_reproduce_is_one_line(fake_make):
+    make, log, tmp = fake_make
+    lock = tmp / "stamps" / "reproduce.lock"
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "60"])
+    try:
+        for _ in range(50):
+            if subprocess.run(["flock", "-n", str(lock), "true"]).returncode != 0:
+                break
+            time.sleep(0.1)
+        second = make("reproduce")
+        assert second.returncode != 0 and "another 'make reproduce' is running" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+        assert not log.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _session_alive(sid: int) -> list[int]:
+    alive = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # field 6 of stat: the session id
+            alive.append(int(proc.name))
+    return alive
+
+
+def test_sigterm_to_makes_pid_alone_stops_the_whole_run_and_frees_the_lock(fake_make, tmp_path):
+    """What CI runners and supervisors send: SIGTERM to make's own PID, not to its group."""
+    make, log, tmp = fake_make
+    cmd = ["make", "--no-print-directory", "reproduce", f"SETUP_STAMP={tmp}/setup-done",
+           f"STAMP_DIR={tmp}/stamps", f"RUN_NOTEBOOK={tmp}/run.sh", f"PYTHON={sys.executable}"]
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env.update(LOG=str(log), FAKE_SLEEP="60")
+    proc = subprocess.Popen(cmd, cwd=paths.REPO_ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            if log.is_file() and log.read_text():
+                break
+            time.sleep(0.1)
+        assert log.read_text(), "no notebook started"
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+        for _ in range(100):
+            if not _session_alive(proc.pid):
+                break
+            time.sleep(0.1)
+        assert not _session_alive(proc.pid), "the sub-make or a notebook outlived SIGTERM to make"
+        assert subprocess.run(["flock", "-n", str(tmp / "stamps" / "reproduce.lock"), "true"]).returncode == 0
+        assert "end" not in log.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_reproduce_runs_in_parallel_by_default(fake_make):
+    make, log, _ = fake_make
+    proc = make("reproduce", "JOBS=3", env={"FAKE_SLEEP": "0.3"})
+    assert proc.returncode == 0, proc.stderr
+    lines = log.read_text().splitlines()
+    assert lines[-2:] == ["start notebooks/summary.py", "end notebooks/summary.py"]
+    assert any(a.startswith("start") and b.startswith("start") for a, b in zip(lines, lines[1:])), "ran 1 at a time"
+
+
+def test_internal_targets_take_the_lock_and_dry_runs_plan(fake_make):
+    make, log, tmp = fake_make
+    direct = make("_reproduce")
+    assert direct.returncode == 2 and "_reproduce is internal: run 'make reproduce'" in direct.stderr
+    assert len(direct.stderr.strip().splitlines()) == 1 and not log.exists()
+    dry = make("-n", "_reproduce")
+    assert dry.returncode == 0 and "notebooks/summary.py" in dry.stdout and not log.exists()
+
+
+def test_concurrent_deps_regeneration_does_not_collide(fake_make):
+    make, log, tmp = fake_make
+    procs = [make("-n", "_reproduce", background=True) for _ in range(4)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    deps = (tmp / "stamps" / "deps.mk").read_text().splitlines()
+    assert len(deps) == len(NOTEBOOKS) + 1 and not list((tmp / "stamps").glob("*.tmp"))
+
+
+@pytest.mark.parametrize("mode, needle", [("bogus", "MODE='bogus' is not one of device, emulated, static"),
+                                          ("device", "MODE=device needs a gfx950 GPU")])
+def test_a_bad_mode_is_one_line_before_anything_runs(fake_make, mode, needle):
+    from mxfp4_ablation import modes
+
+    if mode == "device" and modes.visible_gpu() is not None:
+        pytest.skip("a GPU is visible")
+    make, log, _ = fake_make
+    proc = make("reproduce", env={"MODE": mode})
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not log.exists()
+
+
+def test_a_copied_checkouts_venv_is_rebuilt(fake_make):
+    """The setup stamp records the checkout's path: another path means another checkout's venv."""
+    make, log, tmp = fake_make
+    stamp = tmp / "setup-done"
+    stamp.write_text("/somewhere/else/mxfp4-ablation\n")
+    proc = make("-n", "setup")
+    assert "was made for /somewhere/else/mxfp4-ablation, not this checkout" in proc.stdout
+    assert "-m venv --clear" in proc.stdout and f'echo "{paths.REPO_ROOT}" >' in proc.stdout
+    stamp.write_text(f"{paths.REPO_ROOT}\n")
+    assert "rebuilding" not in make("-n", "setup").stdout
+
+
+def test_make_lab_prints_its_url_and_starts_as_root(fake_make):
+    make, log, tmp = fake_make
+    proc = make("-n", "lab")
+    assert "--no-browser" in proc.stdout
+    assert ("--allow-root" in proc.stdout) == (os.geteuid() == 0)
+
+
+def test_pytest_takes_src_from_this_checkout():
+    import mxfp4_ablation
+
+    assert Path(mxfp4_ablation.__file__).resolve().is_relative_to((Path(__file__).parents[1] / "src").resolve())
+    out = subprocess.run([sys.executable, "-c", "import mxfp4_ablation; print(mxfp4_ablation.__file__)"],
+                         capture_output=True, text=True).stdout
+    assert Path(out.strip()).resolve().is_relative_to((Path(__file__).parents[1] / "src").resolve())
 
 
 # --------------------------------------------------------------------------------------------- the runner

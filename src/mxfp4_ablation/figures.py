@@ -66,8 +66,25 @@ def load() -> dict[str, Figure]:
 _load_studies = load  # the former name
 
 
+def publishes(run_dir: Path) -> bool:
+    """Whether figures drawn from ``run_dir`` go to ``figures/``: only a run folder of the pipeline (a
+    published or partial run under ``experiments/``) or committed data there. A notebook opened by hand
+    (no ``out_dir``: a scratch folder under the cache) never overwrites the committed figures."""
+    try:
+        Path(run_dir).resolve().relative_to(paths.experiments_dir().resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def scratch_root() -> Path:
+    """Where an interactive run's figures go (never ``figures/``)."""
+    return paths.cache_dir() / "scratch" / "figures"
+
+
 def render(name: str, run_dir: str | Path | None = None, root: str | Path | None = None) -> list[Path]:
-    """Draw figure ``name`` from ``run_dir`` (default: its source) and save it (svg + png) under figures/."""
+    """Draw figure ``name`` from ``run_dir`` (default: its source) and save it (svg + png) under figures/
+    -- or, for a ``run_dir`` outside ``experiments/`` (an interactive run), under :func:`scratch_root`."""
     import matplotlib.pyplot as plt
 
     load()
@@ -77,6 +94,8 @@ def render(name: str, run_dir: str | Path | None = None, root: str | Path | None
     if run_dir is None:
         raise ValueError(f"figure {name!r}: no stored data to draw from yet")
     plots.apply_style()
+    if root is None and not publishes(Path(run_dir)):
+        root = scratch_root()
     fig = FIGURES[name].draw(Path(run_dir))
     try:
         return plots.savefig(fig, name, root=root)
@@ -97,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             drawn = render(fig.name, source)
         except FileNotFoundError as err:  # a run from before this figure existed
             print(f"figures: {fig.name}: {source.name} lacks its data ({err})")
+            missing += 1
+            continue
+        except results.CorruptTable as err:  # a damaged table: say which, draw nothing from it
+            print(f"figures: {fig.name}: {err}")
             missing += 1
             continue
         for path in drawn:

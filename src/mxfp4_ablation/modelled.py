@@ -4,7 +4,9 @@ Every dict returned here is labelled ``label="modelled"`` and carries ``model_ve
 ``clock_ghz`` (the model's single fitted parameter, see ``gfx950emu/timing/gfx950.toml``); the
 flop count is the kernel module's ``flops(**shape)``, never counted from the ISA.  Results are
 cached on disk like compiles (``paths.cache_dir()/timing``), keyed by the ISA's hash, the shape,
-the sample, and the model version + parameter file, so ``make reproduce`` pays one timing run per
+the sample, the code that builds the arguments (:func:`inputs_digest`) and the model -- its version,
+parameter values and the digest of every file of ``gfx950emu`` (:func:`model_fingerprint`); a
+corrupt entry is recomputed and ``use_cache=False`` neither reads nor writes -- so ``make reproduce`` pays one timing run per
 (variant, shape).
 
     from mxfp4_ablation import modelled
@@ -18,6 +20,7 @@ caller-built arguments, and :func:`flydsl_upstream` for the ready-made upstream 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -44,34 +47,77 @@ def _timing():
 
 
 def model_fingerprint() -> str:
-    """Model version + digests of the parameter values and the model code (a change invalidates the cache)."""
+    """Model version + digests of the parameter values, of every file of the ``gfx950emu`` package (the
+    emulator and the timing model; the power model excepted, see below) and of this module (the upstream
+    kernels' arguments are built here): any change to what a modelled number is computed from
+    invalidates the cache."""
+    from . import sources
+
     T = _timing()
-    # values only (a reworded source keeps the cache); [power] enters after the cycle simulation
-    # (gfx950emu.timing.power.apply, re-applied on every cache hit), so a fit keeps the cache too
+    # Parameter values only (a reworded source keeps the cache). [power] enters after the cycle simulation
+    # (gfx950emu.timing.power.apply, re-applied on every cache hit), so neither its values nor power.py are
+    # part of the key: a calibration fit re-evaluates cached cycle results. Every other file of the
+    # package is (the parameter file's values through ``values``).
     values = {k: e["value"] for k, e in T.table().items() if not k.startswith("power.")}
-    digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]
-    cu = Path(T.__file__).with_name("cu.py").read_bytes() + Path(T.__file__).with_name("grid.py").read_bytes()
-    return f"{T.model_version()}+{digest}+{hashlib.sha256(cu).hexdigest()[:8]}"
+    digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    files = {p for p in sources.tree_files(sources.SRC / "gfx950emu")
+             if p.name != "power.py" and p.suffix != ".toml"}
+    code = hashlib.sha256((sources.digest(files) + sources.digest([Path(__file__)])).encode())
+    return f"{T.model_version()}+{digest}+{code.hexdigest()[:12]}"
+
+
+def inputs_digest(variant_name: str) -> str:
+    """Digest of the code that builds a study variant's launch arguments (its kernel module's import
+    closure -- ``make_inputs``, ``kernel_args``, MoE routing -- and the runner's argument packing)."""
+    from . import sources, variants
+
+    return sources.closure_digest({variants.get(variant_name).spec.module.__name__, "mxfp4_ablation.runner"})[:16]
 
 
 def _cache_file(key: str) -> Path:
     return paths.cache_dir() / "timing" / key[:2] / f"{key}.json"
 
 
-def _cache_load(key: str) -> dict | None:
+def _entry(key: str, kind: str) -> Path:
+    return _cache_file(key) if kind == "timing" else paths.cache_dir() / kind / key[:2] / f"{key}.json"
+
+
+def cache_load(key: str, kind: str = "timing", expect: type = dict) -> Any:
+    """The cached value of ``key`` (under ``<cache>/<kind>/``), or None: a missing, truncated or
+    unparsable entry, or one of the wrong type, is a miss -- recomputed by the caller, never fatal."""
     try:
-        return json.loads(_cache_file(key).read_text())
-    except (OSError, ValueError):
+        value = json.loads(_entry(key, kind).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
         return None
+    return value if isinstance(value, expect) else None
 
 
-def _cache_store(key: str, data: dict) -> None:
-    path = _cache_file(key)
+def cache_store(key: str, data: Any, kind: str = "timing") -> None:
+    """Write a cache entry atomically (a reader sees the old entry, the new one or none)."""
+    path = _entry(key, kind)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, default=str)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _cache_load(key: str) -> dict | None:
+    hit = cache_load(key)
+    # a hit must be a whole modelled result: anything else (an older or damaged entry) is recomputed
+    if hit is None or hit.get("label") != LABEL or not isinstance(hit.get("kernel"), dict) or "cycles" not in hit:
+        return None
+    return hit
+
+
+_cache_store = cache_store
 
 
 def _prepare(variant_name: str, shape: tuple, seed: int) -> dict:
@@ -146,7 +192,8 @@ def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=N
     out = {k: t[k] for k in _KEEP if k in t}
     out.update(label=LABEL, model_fingerprint=fp, overrides=dict(overrides or {}), kernel_name=prog.name, emulator_seconds=round(res.seconds, 2),
                by_instruction=t["by_instruction"], cached=False)
-    _cache_store(key, out)
+    if use_cache:  # --no-cache neither reads nor writes
+        _cache_store(key, out)
     return out if full else {k: v for k, v in out.items() if k != "by_instruction"}
 
 
@@ -158,7 +205,7 @@ def model(variant: str, shape, *, seed: int = 0, sample=None, trace: str | None 
     (``full=True`` adds ``by_instruction``)."""
     prep = _prepare(variant, tuple(shape), seed)
     out = model_isa(prep["isa"], prep["grid"], prep["block"], prep["make_args"], flops=prep["flops"], sample=sample,
-                    trace=trace, use_cache=use_cache, key_extra=["variant", seed], full=full)
+                    trace=trace, use_cache=use_cache, key_extra=["variant", seed, inputs_digest(variant)], full=full)
     out.update(variant=prep["variant"], family=prep["family"], shape=list(shape), isa_key=prep["isa_key"], seed=seed)
     return out
 

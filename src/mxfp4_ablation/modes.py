@@ -49,6 +49,12 @@ def detect() -> tuple[str, str]:
     if forced:
         if forced not in MODES:
             raise UsageError(f"MODE={forced!r} is not one of {', '.join(MODES)}")
+        if forced == "device":
+            gpu = visible_gpu()
+            if gpu is None or gpu.arch != "gfx950":
+                where = f"{gpu.name} ({gpu.arch})" if gpu else "no GPU"
+                raise UsageError(f"MODE=device needs a gfx950 GPU (MI355X); this machine has {where}: "
+                                 "leave MODE unset (auto-detect) or use MODE=emulated")
         return forced, f"MODE={forced} set in the environment"
     gpu = visible_gpu()
     if gpu is not None and gpu.arch == "gfx950":

@@ -12,8 +12,10 @@ static, from :func:`mxfp4_ablation.modes.detect`) on top of its own.
 Two runs of one notebook at a time are refused with one clear line (an flock on the notebook's source).
 
 ``python -m mxfp4_ablation.notebooks deps`` prints the Makefile rules that make a notebook rerun when
-*its* inputs change: the modules it imports (followed through ``src/``), the kernel modules of its
-family (:func:`family_modules`) and the data it reads (:data:`DATA`). It needs only the standard
+*its* inputs change: the modules it imports (followed through ``src/``) with the package data of
+their packages (every non-Python file in a package folder, e.g. ``gfx950emu/timing/gfx950.toml``;
+:func:`mxfp4_ablation.sources.module_closure`), the kernel modules of its family
+(:func:`family_modules`) and the data it reads (:data:`DATA`). It needs only the standard
 library, so ``make`` can run it before any setup.
 """
 
@@ -28,16 +30,14 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from . import paths
+from . import paths, sources
 
 KERNEL_NAME = "mxfp4-ablation"
-SRC = paths.REPO_ROOT / "src"
-#: Top-level packages of ours whose imports are followed.
-PACKAGES = ("mxfp4_ablation", "gfx950emu")
+SRC = sources.SRC
+PACKAGES = sources.PACKAGES
 
 #: Modules a notebook needs beyond what it imports, by notebook path (fnmatch, first match wins): kernel
 #: modules reached by name (importlib), not by an import statement. The study notebooks
@@ -65,53 +65,8 @@ def run_name(source: Path) -> str:
 # ============================================================================ dependencies
 
 
-def _module_file(module: str) -> Path | None:
-    base = SRC.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Every module of ours an AST imports (anywhere: lazy imports inside functions count too)."""
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = module.split(".")
-                base = parts if is_package else parts[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
-            out.add(prefix)
-            out |= {f"{prefix}.{alias.name}" for alias in node.names}  # ``from pkg import module``
-    return {m for m in out if m.split(".")[0] in PACKAGES}
-
-
-def module_closure(modules) -> set[Path]:
-    """Source files of ``modules`` and of every module of ours they import, transitively (and the
-    ``__init__.py`` of each package on the way)."""
-    seen: set[str] = set()
-    files: set[Path] = set()
-    todo = list(modules)
-    while todo:
-        module = todo.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        path = _module_file(module)
-        if path is None:
-            continue
-        files.add(path)
-        parts = module.split(".")
-        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
-        tree = ast.parse(path.read_text(), str(path))
-        todo += sorted(_imports(tree, module, path.name == "__init__.py"))
-    return files
+_imports = sources.imports
+module_closure = sources.module_closure
 
 
 def notebook_imports(source: Path) -> set[str]:
@@ -271,7 +226,9 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
     name = run_name(source)
     mode, reason = modes.detect()
     notebook = jupytext.read(source)
-    with _lock(source, name), _stop_on_signals() as state, tempfile.TemporaryDirectory(prefix="mxfp4-nb-") as tmp:
+    from .tempdirs import owned_tempdir
+
+    with _lock(source, name), _stop_on_signals() as state, owned_tempdir("nb-") as tmp:
         src_ipynb = Path(tmp) / f"{source.stem}.ipynb"
         jupytext.write(notebook, src_ipynb)
         executed = Path(tmp) / "out" / f"{source.stem}.ipynb"
@@ -311,9 +268,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="papermill parameter (VALUE parsed as JSON when it parses)")
     d = sub.add_parser("deps", help="print Makefile rules: each notebook's stamp and the files it depends on")
     d.add_argument("--stamps", default="experiments/.stamps")
+    sub.add_parser("check-mode", help="exit 2 with one line when MODE cannot be used on this machine")
     args = parser.parse_args(argv)
     if args.cmd == "deps":
         sys.stdout.write(make_rules(args.stamps))
+        return 0
+    if args.cmd == "check-mode":
+        from . import modes
+        from .errors import UsageError
+
+        try:
+            modes.detect()
+        except UsageError as err:
+            print(err)
+            return 2
         return 0
     params = {}
     for key, value in args.parameter:
@@ -321,9 +289,11 @@ def main(argv: list[str] | None = None) -> int:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
             params[key] = value
+    from .errors import UsageError
+
     try:
         run(args.notebook, params)
-    except NotebookError as err:
+    except (NotebookError, UsageError) as err:
         print(f"notebooks: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -8,12 +8,15 @@ writes the final ISA (``.s``). This module
   ``python -m ziglang ld.lld``), staged into a project-local toolkit root used only for compiles;
 * compiles a *target* -- ``"package.module:function"``, where ``function(**params)`` returns
   ``(jit_launcher, args)`` -- in a worker process (FlyDSL's console noise and env stay there), and
-* caches the resulting :class:`Artifact` on disk under a key of kernel source, parameters, FlyDSL
-  version and arch, so an unchanged kernel is never compiled twice.
+* caches the resulting :class:`Artifact` on disk under a key of the content of every source file the
+  compile runs (the target's import closure with package data, every kernel module, this recipe and
+  its worker: :func:`_source_digest`), the parameters, FlyDSL version and arch, so an unchanged
+  kernel is never compiled twice and a changed one never served stale. A corrupt entry is a miss.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -221,17 +224,21 @@ def _module_file(target: str) -> Path:
     return Path(spec.origin)
 
 
+#: Modules whose code makes a compile (besides the target's own closure): the recipe and its worker.
+COMPILE_MODULES = ("mxfp4_ablation.toolchain", "mxfp4_ablation._compile_worker")
+
+
 def _source_digest(target: str) -> str:
-    """Hash of the target's module and every module of our kernels package (shared helpers)."""
-    files = {_module_file(target)}
+    """Digest of every file the compile of ``target`` runs: the target's module and every module of ours
+    it imports (transitively, with their packages' data files), every kernel module (shared helpers
+    reached by name), and this compile recipe with its worker (:data:`COMPILE_MODULES`)."""
+    from . import sources
+
+    _module_file(target)  # a clear error for a malformed or unknown target
+    module = target.partition(":")[0]
     kernels = paths.REPO_ROOT / "src" / "mxfp4_ablation" / "kernels"
-    if kernels.is_dir():
-        files.update(kernels.rglob("*.py"))
-    digest = hashlib.sha256()
-    for file in sorted(files):
-        digest.update(str(file.name).encode())
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
+    named = {f"mxfp4_ablation.kernels.{p.stem}" for p in kernels.glob("*.py") if p.stem != "__init__"}
+    return sources.closure_digest({module, *COMPILE_MODULES, *named})
 
 
 def flydsl_version() -> str:
@@ -264,20 +271,33 @@ def _cache_path(key: str) -> Path:
 
 
 def _load_cached(key: str) -> Artifact | None:
+    """The cached artifact of ``key``, or None: a missing, truncated, unparsable or mismatched entry
+    (wrong key, no ISA) is a miss (recompiled and rewritten), never an error."""
     path = _cache_path(key)
     try:
-        return Artifact.from_json(json.loads(path.read_text()), cached=True)
-    except (OSError, ValueError, TypeError):
+        artifact = Artifact.from_json(json.loads(path.read_text()), cached=True)
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
+    if artifact.key != key or not isinstance(artifact.isa, str) or not artifact.isa \
+            or not isinstance(artifact.kernels, dict) or not artifact.kernels:
+        return None
+    return artifact
 
 
 def _store(artifact: Artifact) -> None:
     path = _cache_path(artifact.key)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(artifact.to_json(), handle)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(artifact.to_json(), handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,20 +315,24 @@ def compile(  # noqa: A001 - the natural name for this module's verb
 def compile_many(
     requests: Iterable[tuple[str, dict[str, Any]]], *, arch: str = DEFAULT_ARCH, use_cache: bool = True
 ) -> list[Artifact]:
-    """Compile several targets; the cache misses share one worker process (FlyDSL imports once)."""
+    """Compile several targets; the cache misses share one worker process (FlyDSL imports once).
+    ``use_cache=False`` neither reads nor writes the cache."""
     requests = [(t, dict(p)) for t, p in requests]
     keys = [cache_key(t, p, arch) for t, p in requests]
     results: list[Artifact | None] = [(_load_cached(k) if use_cache else None) for k in keys]
     todo = [i for i, r in enumerate(results) if r is None]
     if todo:
         for i, artifact in zip(todo, _run_worker([(requests[i], keys[i]) for i in todo], arch)):
-            _store(artifact)
+            if use_cache:
+                _store(artifact)
             results[i] = artifact
     return results  # type: ignore[return-value]
 
 
 def _run_worker(jobs: list[tuple[tuple[str, dict[str, Any]], str]], arch: str) -> list[Artifact]:
-    with tempfile.TemporaryDirectory(prefix="mxfp4-compile-") as tmp:
+    from .tempdirs import owned_tempdir  # a SIGKILLed compile's folder is removed by the next compile
+
+    with owned_tempdir("compile-") as tmp:
         tmpdir = Path(tmp)
         spec = [{"target": t, "params": p, "key": k, "dir": str(tmpdir / f"job{n}")}
                 for n, ((t, p), k) in enumerate(jobs)]
@@ -363,13 +387,30 @@ def _read(path: Path) -> str:
         return ""
 
 
+def linker_runs(linker: Linker) -> str | None:
+    """None when ``ld.lld --version`` runs and says it is LLD; else why not (one line)."""
+    try:
+        proc = subprocess.run([*linker.command, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{' '.join(linker.command)} does not run: {err}"
+    text = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0 or "LLD" not in text:
+        tail = text.splitlines()[-1] if text else "no output"
+        return f"{' '.join(linker.command)} --version failed (exit {proc.returncode}): {tail}"
+    return None
+
+
 def describe() -> dict[str, Any]:
-    """What ``doctor`` prints about the compile toolchain."""
+    """What ``doctor`` prints about the compile toolchain: the linker found, and that it runs."""
     try:
         linker = find_linker()
-        return {"linker": linker.kind, "linker_detail": linker.detail, "flydsl": flydsl_version(), "ok": True}
     except ToolchainError as err:
         return {"linker": None, "linker_detail": str(err), "flydsl": flydsl_version(), "ok": False}
+    broken = linker_runs(linker)
+    if broken:
+        return {"linker": linker.kind, "linker_detail": f"{linker.detail}: {broken}", "flydsl": flydsl_version(),
+                "ok": False}
+    return {"linker": linker.kind, "linker_detail": linker.detail, "flydsl": flydsl_version(), "ok": True}
 
 
 __all__ = [

@@ -1,9 +1,11 @@
 """The ``mxfp4-ablation`` command line.
 
 Every subcommand takes ``--json``. Errors the user can fix (unknown variant, bad shape, no linker,
-wrong device: :class:`~mxfp4_ablation.errors.UsageError`, ``ToolchainError``) print one line to
-stderr and exit 2; a failed correctness check exits 1; anything else is a bug and shows its
-traceback. Subcommands from other modules register themselves through ``register(subparsers)``
+wrong device, a bad option value: :class:`~mxfp4_ablation.errors.UsageError`, ``ToolchainError``,
+argparse's own errors) print one line to stderr and exit 2; a failed correctness check exits 1;
+anything else is a bug and shows its traceback with exit status 3 (:data:`errors.EXIT_INTERNAL`).
+A negative number after an option (``--shape -256,256,256``) is that option's value, not an option.
+Subcommands from other modules register themselves through ``register(subparsers)``
 (see :data:`EXTENSIONS`).
 """
 
@@ -13,10 +15,13 @@ import argparse
 import importlib
 import json
 import os
+import re
 import sys
+import traceback
+from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import EXIT_INTERNAL, EXIT_USAGE, UsageError
 
 #: Modules that add subcommands (each has ``register(subparsers)``).
 EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify", "mxfp4_ablation.cli.model")
@@ -135,8 +140,87 @@ SHAPE_HELP = ("the family's shape numbers (M,N,K or tokens,experts,hidden,inter,
               "experiments/shapes.toml")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``prog: message``, exit 2) instead of usage + error; subcommand
+    parsers (``sub.add_parser``) are of this class too."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def writable_file(text: str) -> str:
+    """An argparse ``type``: a file path whose folder exists (checked before any work is done)."""
+    folder = Path(text).expanduser().parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {str(folder)!r} does not exist")
+    return text
+
+
+#: Input + reference bytes per element, by what the element is (a deliberately generous estimate).
+_GIB = 1 << 30
+
+
+def max_input_bytes() -> int:
+    """The most host memory the inputs + reference of one verify / model run may take: half of this
+    machine's memory (``MXFP4_MAX_INPUT_GIB`` overrides)."""
+    forced = os.environ.get("MXFP4_MAX_INPUT_GIB")
+    if forced:
+        return int(float(forced) * _GIB)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
+        return 16 * _GIB
+
+
+def input_bytes(family: str, shape_kw: dict) -> int:
+    """About how many host bytes ``make_inputs`` + the reference take at ``shape_kw``: fp4 operands
+    (half a byte) dequantised to fp32 for the reference (4 bytes) plus e8m0 scales, bf16/fp32 outputs."""
+    if family == "gemm":
+        M, N, K = shape_kw["M"], shape_kw["N"], shape_kw["K"]
+        return int((M * K + N * K) * 4.6 + M * N * 10)
+    tokens, experts, hidden, inter, topk = (shape_kw[k] for k in ("tokens", "experts", "hidden", "inter", "topk"))
+    weights = experts * 3 * inter * hidden          # w1 (gate + up) and w2
+    acts = tokens * topk * (hidden + 2 * inter) + tokens * hidden
+    return int((weights + acts) * 4.6)
+
+
+def check_size(variant, shape: tuple[int, ...]) -> None:
+    """Refuse a shape whose inputs would not fit (one line, with the limit) before allocating any."""
+    need, limit = input_bytes(variant.family if variant.family == "gemm" else "moe", variant.shape(shape)), \
+        max_input_bytes()
+    if need > limit:
+        raise UsageError(f"shape {','.join(map(str, shape))} needs about {need / _GIB:,.1f} GiB of host memory for "
+                         f"its inputs and reference; the limit is {limit / _GIB:,.1f} GiB (half this machine's "
+                         "memory; MXFP4_MAX_INPUT_GIB overrides)")
+
+
+_NEGATIVE = re.compile(r"^-\d[\d,.]*$")
+
+
+def _glue_negative_values(argv: list[str]) -> list[str]:
+    """``--opt -256,256,256`` -> ``--opt=-256,256,256`` (argparse would take the value for an option)."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE.match(token):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mxfp4-ablation", description=__doc__.splitlines()[0])
+    parser = Parser(prog="mxfp4-ablation", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="on an error, print all of it (compiler log)")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -164,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..toolchain import ToolchainError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_glue_negative_values(list(sys.argv[1:] if argv is None else argv)))
     try:
         return args.func(args)
     except BrokenPipeError:  # the reader went away (`... | head`): not an error
@@ -180,7 +264,11 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(lines[1:]), file=sys.stderr)
         elif len(lines) > 1:
             print("(mxfp4-ablation -v ... prints the rest, e.g. the compiler log)", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except Exception:  # a bug: its traceback, and an exit status that is not "verification failed"
+        traceback.print_exc()
+        print(f"mxfp4-ablation {args.command}: internal error (a bug; exit {EXIT_INTERNAL})", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

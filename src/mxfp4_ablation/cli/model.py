@@ -3,17 +3,35 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..errors import UsageError
+from . import positive_int, writable_file
+
+
+def _code_object(path: str) -> str:
+    """``--aiter-co FILE``: an existing ELF file (a code object), checked before anything runs."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"--aiter-co {path}: no such file")
+    with open(file, "rb") as handle:
+        magic = handle.read(4)
+    if magic != b"\x7fELF":
+        raise UsageError(f"--aiter-co {path}: not a code object (an AMDGPU ELF file starts with \\x7fELF)")
+    return path
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from .. import modelled, shapes
-    from . import emit
+    from .. import modelled, shapes, variants
+    from . import check_size, emit
 
     shape = shapes.resolve(args.shape)
     if args.sample is not None and args.sample < 1:
         raise UsageError(f"--sample must be a positive number of workgroups, got {args.sample}")
+    if args.variant:
+        variant = variants.get(args.variant)
+        variant.module.check_shape(**variant.shape(shape))
+        check_size(variant, shape)
     kw = dict(sample=args.sample, trace=args.trace, use_cache=not args.no_cache)
     picked = [x for x in (args.variant, args.upstream, args.aiter_co) if x]
     if len(picked) != 1:
@@ -26,7 +44,7 @@ def cmd_model(args: argparse.Namespace) -> int:
         result = modelled.flydsl_upstream(args.upstream, args.commit[:8], *shape, **kw)
         result["variant"] = f"flydsl@{args.commit[:8]}"
     elif args.aiter_co:
-        result = modelled.aiter_asm(args.aiter_co, *shape, **kw)
+        result = modelled.aiter_asm(_code_object(args.aiter_co), *shape, **kw)
         result["variant"] = "aiter-asm"
     else:
         result = modelled.model(args.variant, shape, seed=args.seed, **kw)
@@ -56,8 +74,8 @@ def register(sub) -> None:
     p.add_argument("--aiter-co", metavar="FILE", help="model aiter's hand-written a4w4 GEMM code object "
                    "(f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256.co; needs gfx950emu.codeobject)")
     p.add_argument("--seed", type=int, default=0, help="input seed (MoE routing depends on it)")
-    p.add_argument("--sample", type=int, help="simulate only this many of the first CU's workgroups")
-    p.add_argument("--trace", help="write the Chrome-trace / Perfetto timeline of the sampled workgroups here")
-    p.add_argument("--no-cache", action="store_true", help="ignore the timing cache")
+    p.add_argument("--sample", type=positive_int, help="simulate only this many of the first CU's workgroups")
+    p.add_argument("--trace", type=writable_file, help="write the Chrome-trace / Perfetto timeline of the sampled workgroups here")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the timing cache")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_model)

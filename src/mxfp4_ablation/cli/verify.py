@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import positive_int
+
 
 def _output_line(name: str, o: dict) -> str:
     if o["compare"] == "exact":
@@ -15,10 +17,14 @@ def _output_line(name: str, o: dict) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .. import runner, shapes
-    from . import emit
+    from .. import runner, shapes, variants
+    from . import check_size, emit
 
-    result = runner.verify(args.variant, shapes.resolve(args.shape), backend=args.backend,
+    shape = shapes.resolve(args.shape)
+    variant = variants.get(args.variant)
+    variant.module.check_shape(**variant.shape(shape))  # one line for a bad shape, before anything runs
+    check_size(variant, shape)                           # ... and for one too large to allocate
+    result = runner.verify(args.variant, shape, backend=args.backend,
                            seed=args.seed, hazards="report", processes=args.processes,
                            delivery=args.delivery, wave_order=args.wave_order, delivery_seed=args.delivery_seed)
     text = (f"{'PASS' if result['passed'] else 'FAIL'} {result['variant']} {args.shape} "
@@ -29,7 +35,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         text += f"\n  hazard: {report}"
     if result.get("wait_state_hazards"):
         text += f"\n  wait-state hazards (s_nop): {result['wait_state_hazards']}"
-        for report in result["wait_state_reports"][:2]:
+        # the emulated device reports them per launch (its launches' log), the emulator in the result
+        reports = result.get("wait_state_reports") or [
+            r for launch in result.get("launches", []) for r in launch.get("wait_state_reports", [])]
+        for report in reports[:2]:
             text += f"\n  wait states: {report}"
     emit(args, result, text)
     return 0 if result["passed"] else 1
@@ -53,7 +62,7 @@ def register(sub) -> None:
                    "name from experiments/shapes.toml")
     p.add_argument("--backend", choices=("emulator", "device", "emulated-device"), default="emulator")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--processes", type=int, default=1, help="emulator worker processes (workgroups in parallel)")
+    p.add_argument("--processes", type=positive_int, default=1, help="emulator worker processes (workgroups in parallel)")
     p.add_argument("--delivery", choices=("issue", "late", "random"), default="issue",
                    help="emulator: when loads land (late: only when a wait forces it; random: seeded)")
     p.add_argument("--wave-order", choices=("forward", "reverse", "random"), default="forward",

@@ -237,22 +237,11 @@ def timeline(variant: str, shape: Sequence[int], iterations: int = 2, sample="au
     prep = modelled._prepare(variant, tuple(shape), 0)
     fp = modelled.model_fingerprint()
     key = hashlib.sha256(json.dumps([prep["isa_key"], list(shape), sample, fp, iterations, variant,
-                                     "whole-kernel-without-loop"]).encode()).hexdigest()
+                                     "whole-kernel-without-loop", modelled.inputs_digest(variant)]).encode()).hexdigest()
     cache = _timeline_cache(key)
-    if cache.is_file():
-        return pd.DataFrame(json.loads(cache.read_text()))
-    # A hot-loop window cached before the "window" column existed is still right (only the no-loop case
-    # changed: it was the first 2000 cycles); reuse it rather than re-run the trace.
-    old = _timeline_cache(hashlib.sha256(json.dumps([prep["isa_key"], list(shape), sample, fp, iterations,
-                                                      variant]).encode()).hexdigest())
-    if old.is_file():
-        rows = json.loads(old.read_text())
-        if rows and "window" not in rows[0] and int(rows[0]["window_cycles"]) != 2000:
-            for row in rows:
-                row["window"] = "hot loop"
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            results.atomic_write_text(cache, json.dumps(rows))
-            return pd.DataFrame(rows)
+    hit = modelled.cache_load(key, "timing-timeline", expect=list)  # a corrupt entry is a miss: recomputed
+    if hit is not None and all(isinstance(r, dict) and {"track", "start", "end"} <= r.keys() for r in hit):
+        return pd.DataFrame(hit)
     prog = gfx950emu.load(prep["isa"])
     res = gfx950emu.launch(prog, prep["grid"], prep["block"], prep["make_args"](), timing=True, flops=prep["flops"],
                            timing_sample=sample, timing_trace=True)

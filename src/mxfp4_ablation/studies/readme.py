@@ -179,11 +179,28 @@ def _latest():
 
 def update(path: str | Path, studies, run: str | Path | None = None) -> list[str]:
     """Replace each study's table between its markers in ``path`` (studies without markers are skipped
-    when another one has them); returns the names updated."""
+    when another one has them); returns the names updated.
+
+    A generated block whose data the summary run lacks (its modelled tables, its fidelity table) is an
+    error naming the block and the missing file, and nothing is written: a block is never left stale."""
     path = Path(path)
     if not path.is_file():
         raise StudyError(f"no file {path}")
     text, done = path.read_text(), []
+    latest = Path(run) if run is not None else _latest()
+    try:
+        return _update(path, text, done, studies, run, latest)
+    except results.CorruptTable as err:
+        raise StudyError(f"{err}; {path.name} was not changed") from None
+
+
+def _missing(path: Path, block: str, run, wanted: str) -> StudyError:
+    where = f"the summary run {Path(run).name}" if run is not None else "no summary run"
+    return StudyError(f"{path.name}'s {block} block: {where} has no {wanted}; rerun the summary (make reproduce); "
+                      f"{path.name} was not changed")
+
+
+def _update(path: Path, text: str, done: list, studies, run, latest) -> list[str]:
     for study in studies:
         begin, end = markers(study.name)
         if begin not in text and len(studies) > 1:
@@ -193,12 +210,17 @@ def update(path: str | Path, studies, run: str | Path | None = None) -> list[str
         from . import ablation  # the modelled findings, where the README has their markers
 
         fb, fe = ablation.findings_markers(study.name)
-        found = ablation.readme_findings(study.name, run if run is not None else _latest())
-        if fb in text and found:
+        if fb in text:
+            found = ablation.readme_findings(study.name, latest)
+            if not found:
+                raise _missing(path, f"{study.name} modelled findings (and ladder table's modelled columns)", latest,
+                               f"modelled-{study.name}/modelled_delta.parquet")
             text = replace_between_markers(text, found, fb, fe)
         gb, ge = fidelity_markers(study.name)
-        fid = fidelity_from_run(study, run if run is not None else _latest())
-        if gb in text and fid:
+        if gb in text:
+            fid = fidelity_from_run(study, latest)
+            if not fid:
+                raise _missing(path, f"{study.name} fidelity", latest, study.summary_table("fidelity"))
             text = replace_between_markers(text, fid, gb, ge)
     if not done:
         raise StudyError(f"{path} has no generated-table markers")

@@ -1,0 +1,143 @@
+"""What our code is made of: the modules a module imports (followed through ``src/``), the package
+data beside them, and content digests of such file sets.
+
+Used by the notebook dependency rules (:mod:`.notebooks`), the compile cache key (:mod:`.toolchain`)
+and the timing cache key (:mod:`.modelled`), so that a result is recomputed whenever any file it was
+computed from changes -- ``.py`` sources and the non-Python files of their packages (``.toml``,
+``.csv``, templates: *package data*, everything in a package folder that is not Python or a cache).
+Standard library only (``make`` runs it before any setup).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from pathlib import Path
+from typing import Iterable
+
+from . import paths
+
+SRC = paths.REPO_ROOT / "src"
+#: Top-level packages of ours whose imports are followed.
+PACKAGES = ("mxfp4_ablation", "gfx950emu")
+#: Never inputs: byte-code caches and editor / OS litter.
+_IGNORED_PARTS = {"__pycache__", ".ipynb_checkpoints"}
+_IGNORED_SUFFIXES = {".pyc", ".pyo", ".swp", ".orig", ".rej"}
+
+
+def _module_file(module: str) -> Path | None:
+    base = SRC.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Every module of ours an AST imports (anywhere: lazy imports inside functions count too)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = module.split(".")
+                base = parts if is_package else parts[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            out.add(prefix)
+            out |= {f"{prefix}.{alias.name}" for alias in node.names}  # ``from pkg import module``
+    return {m for m in out if m.split(".")[0] in PACKAGES}
+
+
+def is_data_file(path: Path) -> bool:
+    return path.is_file() and path.suffix not in _IGNORED_SUFFIXES and path.suffix != ".py" \
+        and not _IGNORED_PARTS & set(path.parts) and not path.name.startswith(".")
+
+
+def package_data(package_dir: Path) -> set[Path]:
+    """The non-Python files directly in a package folder (its package data)."""
+    return {p for p in package_dir.iterdir() if is_data_file(p)} if package_dir.is_dir() else set()
+
+
+def module_closure(modules: Iterable[str], data: bool = True) -> set[Path]:
+    """Source files of ``modules`` and of every module of ours they import, transitively (and the
+    ``__init__.py`` of each package on the way); with ``data`` also the package data of every package
+    folder on the way (``gfx950emu/timing/gfx950.toml`` for ``gfx950emu.timing``)."""
+    seen: set[str] = set()
+    files: set[Path] = set()
+    todo = list(modules)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = _module_file(module)
+        if path is None:
+            continue
+        files.add(path)
+        if data:
+            files |= package_data(path.parent)
+        parts = module.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
+        todo += _file_imports(path, module, path.stat().st_mtime_ns)
+    return files
+
+
+@functools.lru_cache(maxsize=1024)
+def _file_imports(path: Path, module: str, mtime_ns: int) -> tuple[str, ...]:
+    """The modules of ours one file imports (parsed once per process and file version)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return tuple(sorted(imports(tree, module, path.name == "__init__.py")))
+
+
+def tree_files(folder: Path) -> set[Path]:
+    """Every source and data file under ``folder`` (byte-code caches excluded)."""
+    return {p for p in Path(folder).rglob("*") if p.is_file() and p.suffix not in _IGNORED_SUFFIXES
+            and not _IGNORED_PARTS & set(p.parts)}
+
+
+def digest(files: Iterable[Path]) -> str:
+    """sha256 over the files' repo-relative names and contents (order-independent)."""
+    h = hashlib.sha256()
+    for file in sorted(Path(f) for f in files):
+        try:
+            name = file.resolve().relative_to(paths.REPO_ROOT).as_posix()
+        except ValueError:
+            name = file.name
+        h.update(name.encode() + b"\0")
+        h.update(hashlib.sha256(file.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def package_digest(package: str) -> str:
+    """Digest of every file of a package of ours (``gfx950emu``: the emulator and timing model,
+    parameter file included)."""
+    return digest(tree_files(SRC.joinpath(*package.split("."))))
+
+
+def closure_digest(modules: Iterable[str]) -> str:
+    """Digest of :func:`module_closure` of ``modules`` (with package data)."""
+    return _closure_digest(tuple(sorted(set(modules))), _stamp())
+
+
+@functools.lru_cache(maxsize=64)
+def _closure_digest(modules: tuple[str, ...], stamp: tuple) -> str:
+    return digest(module_closure(modules))
+
+
+def _stamp() -> tuple:
+    """A cheap "has anything under src/ changed" stamp (newest mtime, file count) for the memo above."""
+    newest, count = 0, 0
+    for p in SRC.rglob("*"):
+        if "__pycache__" in p.parts:
+            continue
+        try:
+            newest = max(newest, p.stat().st_mtime_ns)
+        except OSError:
+            continue
+        count += 1
+    return newest, count

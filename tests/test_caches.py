@@ -1,0 +1,154 @@
+"""Every cache is keyed by the content of everything that can change its value, ``--no-cache`` neither
+reads nor writes, and a corrupt entry is recomputed, never fatal (issue #19, findings 2 and the
+truncated-timeline crash)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from types import SimpleNamespace
+
+import pytest
+
+from mxfp4_ablation import modelled, paths, sources, toolchain
+
+
+@pytest.fixture
+def src_copy(tmp_path, monkeypatch):
+    """A copy of src/ that the digests read instead of the checkout's (so a test can edit it)."""
+    copy = tmp_path / "src"
+    shutil.copytree(paths.REPO_ROOT / "src", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(sources, "SRC", copy)
+    return copy
+
+
+@pytest.mark.parametrize("rel", ["gfx950emu/timing/__init__.py", "gfx950emu/decode.py", "gfx950emu/mfma.py",
+                                 "gfx950emu/timing/cu.py", "gfx950emu/timing/gfx950.toml"])
+def test_the_timing_key_covers_every_file_of_the_model(src_copy, rel):
+    before = modelled.model_fingerprint()
+    with open(src_copy / rel, "a") as f:
+        f.write("\n# an edit\n")
+    assert modelled.model_fingerprint() != before, f"an edit of {rel} keeps the timing cache"
+
+
+@pytest.mark.parametrize("rel", ["mxfp4_ablation/_compile_worker.py", "mxfp4_ablation/toolchain.py",
+                                 "mxfp4_ablation/formats.py", "mxfp4_ablation/kernels/common.py",
+                                 "mxfp4_ablation/kernels/gemm.py"])
+def test_the_compile_key_covers_the_kernel_and_the_recipe(src_copy, rel):
+    target = "mxfp4_ablation.kernels.gemm:build"
+    before = toolchain.cache_key(target, {"M": 256})
+    with open(src_copy / rel, "a") as f:
+        f.write("\n# an edit\n")
+    assert toolchain.cache_key(target, {"M": 256}) != before, f"an edit of {rel} keeps the compile cache"
+
+
+def test_a_notebook_input_closure_has_the_package_data():
+    files = {p.relative_to(sources.SRC).as_posix() for p in sources.module_closure(["gfx950emu.timing"])}
+    assert "gfx950emu/timing/gfx950.toml" in files
+
+
+# ------------------------------------------------------------------------------------ timing cache
+
+class _FakeEmu:
+    """gfx950emu.load / launch stand-ins that count the launches (no ISA is run)."""
+
+    def __init__(self):
+        self.launches = 0
+
+    def load(self, isa, kernel=None):
+        return SimpleNamespace(name="k")
+
+    def launch(self, prog, grid, block, args, **kw):
+        self.launches += 1
+        timing = {"cycles": 100 + self.launches, "kernel": {"tflops": 1.0, "us": 1.0}, "model_version": "x",
+                  "clock_ghz": 2.4, "by_instruction": {}}
+        return SimpleNamespace(timing=timing, seconds=0.0)
+
+
+@pytest.fixture
+def fake_emu(monkeypatch, tmp_path):
+    import gfx950emu
+
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
+    emu = _FakeEmu()
+    monkeypatch.setattr(gfx950emu, "load", emu.load)
+    monkeypatch.setattr(gfx950emu, "launch", emu.launch)
+    return emu, tmp_path / "cache"
+
+
+def _model(**kw):
+    return modelled.model_isa("s_endpgm", (1, 1, 1), (64, 1, 1), lambda: [], flops=1.0, **kw)
+
+
+def test_no_cache_neither_reads_nor_writes(fake_emu):
+    emu, cache = fake_emu
+    first = _model(use_cache=False)
+    assert not first["cached"] and emu.launches == 1
+    assert not list(cache.rglob("*.json")), "--no-cache wrote the cache"
+    stored = _model()  # now stored ...
+    assert emu.launches == 2 and list(cache.rglob("*.json"))
+    again = _model(use_cache=False)  # ... and --no-cache does not read it
+    assert emu.launches == 3 and not again["cached"]
+    assert _model()["cached"] and _model()["cycles"] == stored["cycles"]
+
+
+@pytest.mark.parametrize("damage", [b"", b'{"cycles": 1', b"\xff\xfe", b"[1, 2]", b'{"label": "modelled"}'])
+def test_a_corrupt_timing_entry_is_recomputed(fake_emu, damage):
+    emu, cache = fake_emu
+    _model()
+    (entry,) = cache.rglob("*.json")
+    entry.write_bytes(damage)
+    out = _model()
+    assert not out["cached"] and emu.launches == 2
+    assert json.loads(entry.read_text())["cycles"] == out["cycles"]  # rewritten whole
+
+
+@pytest.mark.parametrize("damage", [b"", b'[{"track": "a"', b"{}", b"\x00\x01"])
+def test_a_corrupt_timeline_entry_is_a_miss(monkeypatch, tmp_path, damage):
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path))
+    modelled.cache_store("ab" * 32, [{"track": "x", "start": 0, "end": 1}], kind="timing-timeline")
+    assert modelled.cache_load("ab" * 32, "timing-timeline", expect=list) == [{"track": "x", "start": 0, "end": 1}]
+    (entry,) = tmp_path.rglob("*.json")
+    entry.write_bytes(damage)
+    assert modelled.cache_load("ab" * 32, "timing-timeline", expect=list) is None
+
+
+# ----------------------------------------------------------------------------------- compile cache
+
+def _artifact(key):
+    return toolchain.Artifact(target="mxfp4_ablation.kernels.gemm:build", params={}, arch="gfx950", key=key,
+                              isa="s_endpgm", kernels={"k": "s_endpgm"}, resources={}, compile_seconds=0.0,
+                              flydsl_version="0.5.0")
+
+
+@pytest.fixture
+def fake_compiler(monkeypatch, tmp_path):
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def worker(jobs, arch):
+        calls.append(jobs)
+        return [_artifact(key) for (_, key) in jobs]
+
+    monkeypatch.setattr(toolchain, "_run_worker", worker)
+    return calls, tmp_path / "cache"
+
+
+def test_compile_without_cache_neither_reads_nor_writes(fake_compiler):
+    calls, cache = fake_compiler
+    toolchain.compile("mxfp4_ablation.kernels.gemm:build", {"M": 1}, use_cache=False)
+    assert len(calls) == 1 and not list(cache.rglob("*.json"))
+    toolchain.compile("mxfp4_ablation.kernels.gemm:build", {"M": 1})
+    assert len(calls) == 2 and list(cache.rglob("*.json"))
+    assert toolchain.compile("mxfp4_ablation.kernels.gemm:build", {"M": 1}).cached and len(calls) == 2
+    assert not toolchain.compile("mxfp4_ablation.kernels.gemm:build", {"M": 1}, use_cache=False).cached
+
+
+@pytest.mark.parametrize("damage", [b"", b'{"target": ', b"null", b'{"a": 1}'])
+def test_a_corrupt_compile_entry_is_recompiled(fake_compiler, damage):
+    calls, cache = fake_compiler
+    toolchain.compile("mxfp4_ablation.kernels.gemm:build", {"M": 1})
+    (entry,) = cache.rglob("*.json")
+    entry.write_bytes(damage)
+    art = toolchain.compile("mxfp4_ablation.kernels.gemm:build", {"M": 1})
+    assert not art.cached and len(calls) == 2 and json.loads(entry.read_text())["isa"] == "s_endpgm"
