@@ -26,9 +26,21 @@ def src_copy(tmp_path, monkeypatch):
                                  "gfx950emu/timing/cu.py", "gfx950emu/timing/gfx950.toml"])
 def test_the_timing_key_covers_every_file_of_the_model(src_copy, rel):
     before = modelled.model_fingerprint()
-    with open(src_copy / rel, "a") as f:
-        f.write("\n# an edit\n")
+    path = src_copy / rel
+    path.write_text("# an edit\n" + path.read_text())  # at the top: outside the parameter file's [power] section
     assert modelled.model_fingerprint() != before, f"an edit of {rel} keeps the timing cache"
+
+
+def test_the_power_model_never_keys_the_cycle_cache(src_copy):
+    """[power] is applied after the cycle simulation, on every cache hit too: a calibration fit (new
+    [power] values, or an edit of power.py) re-evaluates cached cycle results instead of re-simulating."""
+    before = modelled.model_fingerprint()
+    with open(src_copy / "gfx950emu/timing/power.py", "a") as f:
+        f.write("\n# an edit\n")
+    toml = src_copy / "gfx950emu/timing/gfx950.toml"
+    assert "\n[power]\n" in toml.read_text()
+    toml.write_text(toml.read_text().replace("\n[power]\n", "\n[power]\n# an edit of the power section\n"))
+    assert modelled.model_fingerprint() == before
 
 
 @pytest.mark.parametrize("rel", ["mxfp4_ablation/_compile_worker.py", "mxfp4_ablation/toolchain.py",
@@ -73,6 +85,9 @@ def fake_emu(monkeypatch, tmp_path):
     emu = _FakeEmu()
     monkeypatch.setattr(gfx950emu, "load", emu.load)
     monkeypatch.setattr(gfx950emu, "launch", emu.launch)
+    from gfx950emu.timing import power
+
+    monkeypatch.setattr(power, "enabled", lambda p: False)  # the stand-in records no activity counts
     return emu, tmp_path / "cache"
 
 

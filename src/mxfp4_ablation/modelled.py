@@ -60,10 +60,23 @@ def model_fingerprint() -> str:
     # package is (the parameter file's values through ``values``).
     values = {k: e["value"] for k, e in T.table().items() if not k.startswith("power.")}
     digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    files = {p for p in sources.tree_files(sources.SRC / "gfx950emu")
-             if p.name != "power.py" and p.suffix != ".toml"}
-    code = hashlib.sha256((sources.digest(files) + sources.digest([Path(__file__)])).encode())
+    files = {p for p in sources.tree_files(sources.SRC / "gfx950emu") if p.name != "power.py" and p.suffix != ".toml"}
+    tomls = "".join(_without_power_section(p.read_text()) for p in sorted(sources.tree_files(sources.SRC / "gfx950emu"))
+                    if p.suffix == ".toml")
+    code = hashlib.sha256((sources.digest(files) + sources.digest([Path(__file__)]) + tomls).encode())
     return f"{T.model_version()}+{digest}+{code.hexdigest()[:12]}"
+
+
+def _without_power_section(text: str) -> str:
+    """A parameter file's text without its ``[power]`` section (that section is re-applied after the
+    cycle simulation, so it never keys the cycle cache)."""
+    out, skip = [], False
+    for line in text.splitlines(keepends=True):
+        if line.lstrip().startswith("["):
+            skip = line.strip() == "[power]"
+        if not skip:
+            out.append(line)
+    return "".join(out)
 
 
 def inputs_digest(variant_name: str) -> str:
