@@ -19,7 +19,8 @@ from typing import Any
 from ..errors import UsageError
 
 #: Modules that add subcommands (each has ``register(subparsers)``).
-EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify", "mxfp4_ablation.cli.model")
+EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify", "mxfp4_ablation.cli.model",
+              "mxfp4_ablation.cli.attribution")
 
 
 def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:

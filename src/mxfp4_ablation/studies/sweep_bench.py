@@ -1,0 +1,144 @@
+"""Benchmark of the sweep engine on a full attribution (a script, not a test).
+
+    python -m mxfp4_ablation.studies.sweep_bench [--study gemm] [--shape 8192,8192,8192]
+        [--workers 1,2] [--method sampled] [--pairs 2] [--out experiments/attribution-bench]
+
+For each worker count it runs, in a fresh child process with a fresh, empty compile + timing cache
+(``MXFP4_CACHE`` pointed at a new temporary folder, so every run is cold): the plan's compile tasks,
+then its model tasks, on a ``LocalCluster`` of that many single-threaded workers, then the attribution.
+It records wall seconds per phase, user + system CPU seconds of the whole process tree (the child and
+its reaped Dask workers, ``RUSAGE_CHILDREN``) and each task's own seconds, and writes
+``<out>/sweep_bench.json`` + ``<out>/sweep_tasks.csv``. The CPU of the box may be shared with other
+work: wall time then overstates what the engine needs, the CPU seconds do not, and the JSON says how
+many cores the box has and its load average before and after.
+
+The projection to a larger cluster (``--project 64``): a greedy longest-first list schedule of the
+measured per-variant task seconds over that many workers (compile, then model, as run), plus the
+measured fixed cost (cluster start + attribution); for the exact form the measured mean per-variant
+cost is extrapolated to every valid subset. Labelled a projection, not a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _child(args) -> int:
+    """One cold run (inside the fresh process)."""
+    from . import attribution as A, sweep
+
+    shape = tuple(int(x) for x in args.shape.split(","))
+    t0 = time.perf_counter()
+    plans = A.study_plans(args.study, shape, method=args.method, pairs=args.pairs, seed=0)
+    names = [n for p in plans for n in p.variant_names()]
+    out = {"workers": args.child, "sets": len(names)}
+    with sweep.client(f"local:{args.child}") as c:
+        out["cluster_start_s"] = round(time.perf_counter() - t0, 2)
+        t1 = time.perf_counter()
+        comp = sweep.run(sweep.tasks(names, [shape], ["compile"]), client_=c, progress=False)
+        out["compile_wall_s"] = round(time.perf_counter() - t1, 2)
+        t2 = time.perf_counter()
+        mod = sweep.run(sweep.tasks(names, [shape], ["model"]), client_=c, progress=False)
+        out["model_wall_s"] = round(time.perf_counter() - t2, 2)
+    t3 = time.perf_counter()
+    res = [A.attribute(p, mod) for p in plans]
+    out["attribute_s"] = round(time.perf_counter() - t3, 2)
+    out["total_wall_s"] = round(time.perf_counter() - t0, 2)
+    out["failed"] = sweep.failures(comp) + sweep.failures(mod)
+    out["total_log_pct"] = res[0].total_log_pct
+    import pandas as pd
+
+    rows = pd.concat([comp, mod], ignore_index=True)[["variant", "what", "seconds", "cpu_seconds", "cached", "pid"]]
+    rows["workers"] = args.child
+    rows.to_csv(args.tasks_csv, index=False)
+    Path(args.result).write_text(json.dumps(out))
+    return 0
+
+
+def _schedule(durations, workers: int) -> float:
+    """Greedy longest-first list schedule: the makespan."""
+    import heapq
+
+    loads = [0.0] * workers
+    heapq.heapify(loads)
+    for d in sorted(durations, reverse=True):
+        heapq.heappush(loads, heapq.heappop(loads) + d)
+    return max(loads)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mxfp4_ablation.studies.sweep_bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--study", default="gemm")
+    ap.add_argument("--shape", default="8192,8192,8192")
+    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--method", default="sampled", choices=("auto", "exact", "sampled"))
+    ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--project", type=int, default=64)
+    ap.add_argument("--out", default="experiments/attribution-bench")
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--tasks-csv", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return _child(args)
+    import pandas as pd
+
+    from .. import family, provenance
+
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs, task_frames = [], []
+    for n in [int(x) for x in args.workers.split(",")]:
+        with tempfile.TemporaryDirectory(prefix="mxfp4-bench-cache-") as cache:
+            env = {**os.environ, "MXFP4_CACHE": cache}
+            res_file, csv_file = Path(cache) / "result.json", Path(cache) / "tasks.csv"
+            load0 = os.getloadavg()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "mxfp4_ablation.studies.sweep_bench", "--child", str(n),
+                            "--study", args.study, "--shape", args.shape, "--method", args.method,
+                            "--pairs", str(args.pairs), "--result", str(res_file), "--tasks-csv", str(csv_file)],
+                           env=env, check=True)
+            wall = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            r = json.loads(res_file.read_text())
+            r.update(process_wall_s=round(wall, 2), user_s=round(after.ru_utime - before.ru_utime, 1),
+                     sys_s=round(after.ru_stime - before.ru_stime, 1), loadavg_before=load0,
+                     loadavg_after=os.getloadavg())
+            runs.append(r)
+            task_frames.append(pd.read_csv(csv_file))
+            print(json.dumps(r), flush=True)
+    tasks = pd.concat(task_frames, ignore_index=True)
+    one = tasks[tasks["workers"] == tasks["workers"].min()]
+    comp = one[one["what"] == "compile"]["seconds"].tolist()
+    mod = one[one["what"] == "model"]["seconds"].tolist()
+    fixed = runs[0]["cluster_start_s"] + runs[0]["attribute_s"]
+    valid = len(family.get(args.study if args.study == "gemm" else "moe2").subsets())
+    per = (sum(comp) + sum(mod)) / max(1, len(comp))
+    proj = {"workers": args.project, "label": "projection (list schedule of the measured 1-worker task seconds)",
+            "sampled_wall_s": round(_schedule(comp, args.project) + _schedule(mod, args.project) + fixed, 1),
+            "exact_sets": valid, "exact_wall_s": round(_schedule([per] * valid, args.project) + fixed, 1),
+            "exact_serial_s": round(per * valid, 1)}
+    summary = {"label": "measured", "study": args.study, "shape": args.shape, "method": args.method,
+               "pairs": args.pairs, "cores": os.cpu_count(), "host": provenance.git_state(),
+               "valid_subsets": {f: len(family.get(f).subsets()) for f in ("gemm", "moe1", "moe2")},
+               "compile_s_per_variant": {"mean": round(sum(comp) / len(comp), 2), "max": round(max(comp), 2)},
+               "model_s_per_variant": {"mean": round(sum(mod) / len(mod), 2), "max": round(max(mod), 2)},
+               "runs": runs, "projection": proj,
+               "command": "python -m mxfp4_ablation.studies.sweep_bench " + " ".join(argv or sys.argv[1:])}
+    (out_dir / "sweep_bench.json").write_text(json.dumps(summary, indent=2) + "\n")
+    tasks.to_csv(out_dir / "sweep_tasks.csv", index=False)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
