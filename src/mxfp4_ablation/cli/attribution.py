@@ -50,10 +50,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     whats = [w.strip() for w in args.what.split(",") if w.strip()]
     sweep.parse_scheduler(args.scheduler, args.workers)  # a bad scheduler is one line before any work
     todo = sweep.tasks(names, _shapes(args.shape), whats)
-    df = sweep.run(todo, scheduler=args.scheduler, workers=args.workers, progress=not args.no_progress)
+    df = sweep.run(todo, scheduler=args.scheduler, workers=args.workers, progress=not args.no_progress,
+                   fn=sweep.probe if args.check else None)
+    if args.check:
+        hosts = df.groupby(["host", "pid"]).size()
+        data = {"workers": len(hosts), "tasks": len(df), "flydsl": sorted(set(df["flydsl"].astype(str))),
+                "caches": sorted(set(df["cache"]))}
+        emit(args, data)
+        return 0
     settings = {"scheduler": args.scheduler, "workers": args.workers, "tasks": len(todo), "what": whats}
     written = None
-    if not args.no_write:
+    if not args.no_write and not args.check:
         ctx, out = _out_dir(args.out, "sweep")
         if ctx is None:
             written = str(sweep.write(df, out, settings))
@@ -142,6 +149,8 @@ def register(sub) -> None:
     p.add_argument("--subsets", action="append", metavar="FAMILY", help="every valid switch subset of FAMILY")
     p.add_argument("--shape", action="append", help="a shape (repeatable)")
     p.add_argument("--what", default="model", help="compile, verify, model, bench (comma-separated)")
+    p.add_argument("--check", action="store_true", help="run no-work probe tasks: which workers answer, "
+                   "with which flydsl and cache folder (nothing is written)")
     common(p)
     p.set_defaults(func=cmd_sweep)
 

@@ -184,6 +184,26 @@ def run_task(task: Task, raise_errors: bool = False) -> dict:
     return row
 
 
+def probe(task: Task) -> dict:
+    """A no-work task: which worker ran it (host, pid), its package versions, cache folder and the
+    variant's switch set -- ``mxfp4-ablation sweep --check`` (is every worker set up alike?) and the
+    engine's own tests."""
+    from importlib import metadata
+
+    from .. import paths, variants
+
+    v = variants.get(task.variant)
+    try:
+        flydsl = metadata.version("flydsl")
+    except metadata.PackageNotFoundError:
+        flydsl = None
+    return {"variant": v.name, "family": v.family, "mask": v.spec.mask(v.switches),
+            "switches": "+".join(s for s in v.spec.switches if s in v.switches),
+            "shape": "x".join(map(str, task.shape)), "what": task.what, "label": "none", "ok": True, "error": "",
+            "seconds": 0.0, "cpu_seconds": 0.0, "host": platform.node(), "pid": os.getpid(),
+            "flydsl": flydsl, "cache": str(paths.cache_dir())}
+
+
 # ============================================================================ many tasks
 
 
@@ -244,7 +264,7 @@ def client(scheduler: str | None = "local", workers: int | None = None) -> Itera
                           "distributed.logging.distributed": "error"}):
         if kind == "local":
             n = n or default_workers()
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
                                    memory_limit=0, silence_logs=40, env=_worker_env())
             c = Client(cluster)
         elif kind in ("slurm", "pbs"):
@@ -289,9 +309,11 @@ def _order(todo: Sequence[Task]) -> list[int]:
 
 
 def run(todo: Sequence[Task], scheduler: str | None = "local", workers: int | None = None, progress: bool = True,
-        desc: str = "sweep", client_=None) -> "pd.DataFrame":  # noqa: F821
+        desc: str = "sweep", client_=None, fn: Callable[[Task], dict] | None = None) -> "pd.DataFrame":  # noqa: F821
     """Run every task (duplicates once) on ``scheduler``; one row per task, in ``todo``'s order.
-    ``client_``: an existing ``Client`` to use instead of starting one."""
+    ``client_``: an existing ``Client`` to use instead of starting one; ``fn``: what runs a task
+    (default :func:`run_task`; :func:`probe` does no work)."""
+    fn = fn or run_task
     import pandas as pd
 
     todo = list(dict.fromkeys(todo))
@@ -299,16 +321,16 @@ def run(todo: Sequence[Task], scheduler: str | None = "local", workers: int | No
     bar = _progress(len(todo), progress and len(todo) > 0, desc)
     try:
         if client_ is not None:
-            rows = _on_client(client_, todo, bar)
+            rows = _on_client(client_, todo, bar, fn)
         else:
             with client(scheduler, workers) as c:
                 if c is None:
                     for i in _order(todo):
-                        rows[i] = run_task(todo[i])
+                        rows[i] = fn(todo[i])
                         if bar is not None:
                             bar.update(1)
                 else:
-                    rows = _on_client(c, todo, bar)
+                    rows = _on_client(c, todo, bar, fn)
     finally:
         if bar is not None:
             bar.close()
@@ -317,11 +339,11 @@ def run(todo: Sequence[Task], scheduler: str | None = "local", workers: int | No
     return df[front + [c for c in df.columns if c not in front]]
 
 
-def _on_client(c, todo: Sequence[Task], bar) -> dict[int, dict]:
+def _on_client(c, todo: Sequence[Task], bar, fn) -> dict[int, dict]:
     from dask.distributed import as_completed
 
     order = _order(todo)
-    futures = {c.submit(run_task, todo[i], key=f"task-{i}-{abs(hash(todo[i].key)):x}", pure=False): i for i in order}
+    futures = {c.submit(fn, todo[i], key=f"task-{i}-{abs(hash(todo[i].key)):x}", pure=False): i for i in order}
     rows = {}
     for fut in as_completed(list(futures)):
         rows[futures[fut]] = fut.result()
@@ -348,5 +370,5 @@ def write(df, out: str | Path, settings: dict | None = None, name: str = "sweep"
     return results.write_table(df, Path(out) / f"{name}.parquet", prov)
 
 
-__all__ = ["WHATS", "Task", "tasks", "run_task", "run", "client", "parse_scheduler", "default_workers",
+__all__ = ["WHATS", "Task", "tasks", "run_task", "probe", "run", "client", "parse_scheduler", "default_workers",
            "failures", "write", "SweepError"]
