@@ -328,3 +328,34 @@ def test_attribution_end_to_end_on_a_two_worker_cluster(tmp_path):
     assert (rows["label"] == "modelled").all() and rows["ok"].all()
     A.write(res, tmp_path, {"test": True})
     assert (tmp_path / "attribution_switches.parquet").is_file()
+
+
+def test_summary_section_writes_tables_draws_figures_and_fills_the_readme(tmp_path, monkeypatch):
+    from mxfp4_ablation.studies import attribution_views as V
+    from mxfp4_ablation.studies import readme as R
+
+    def fake_run(study, **kw):
+        out = []
+        for p in A.study_plans(study, method=kw.get("method", "auto"), pairs=kw.get("pairs", 2)):
+            rows = _rows(p, lambda s: 1000.0 * (1.05 if "k_unroll4" in s or "exp2" in s else 1.0) * (0.9 if "g2s_m0" in s else 1))
+            out.append(A.attribute(p, rows, resamples=50))
+        return out, None
+
+    monkeypatch.setenv("MXFP4_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setattr(A, "run", fake_run)
+    for study in ("gemm", "moe"):
+        sec = V.summary_section(study, tmp_path, render=False)
+        assert (tmp_path / f"attribution-{study}" / "attribution_switches.parquet").is_file()
+        assert sec.findings() and len(sec.table())
+    assert set(sec.tables["attribution_switches"]["family"]) == {"moe1", "moe2"}
+    sec = V.summary_section("gemm", tmp_path)
+    assert set(sec.figures) == {"attribution_shares", "attribution_interactions"}
+    assert all(p.is_file() for p in sec.figures.values())
+    readme = tmp_path / "README.md"
+    begin, end = V.readme_markers("gemm")
+    readme.write_text(f"x\n{begin}\nSTALE-BLOCK\n{end}\ny\n")
+    block = V.readme_block("gemm", tmp_path)
+    assert "| gemm | 8192x8192x8192 | g2s_m0 |" in block and "also drops scale_prefetch, b_carry" in block
+    text = R.replace_between_markers(readme.read_text(), block, begin, end)
+    assert "STALE-BLOCK" not in text and "*(modelled)*" in text
+    assert V.readme_block("gemm", tmp_path / "nothing") is None

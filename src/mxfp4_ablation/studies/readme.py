@@ -130,6 +130,12 @@ def update(path: str | Path, studies, run: str | Path | None = None) -> list[str
         fid = fidelity_from_run(study, run if run is not None else _latest())
         if gb in text and fid:
             text = replace_between_markers(text, fid, gb, ge)
+        from . import attribution_views  # the Shapley attribution block (#23), where the README has its markers
+
+        ab, ae = attribution_views.readme_markers(study.name)
+        att = attribution_views.readme_block(study.name, run if run is not None else _latest())
+        if ab in text and att:
+            text = replace_between_markers(text, att, ab, ae)
     if not done:
         raise StudyError(f"{path} has no generated-table markers")
     results.atomic_write_text(path, text)
