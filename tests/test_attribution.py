@@ -314,6 +314,21 @@ def test_sweep_cli_check_and_bad_input(capsys):
     assert main(["attribution", "--study", "fp8"]) == 2
 
 
+def test_measured_path_refuses_without_a_gfx950(capsys):
+    """The device path (paired A/B per subset against the empty set's kernel) is built but cannot run
+    here: one line and exit 2 from the CLI, an ok=False row from the engine, before any timing."""
+    from mxfp4_ablation.bench import device_info
+    from mxfp4_ablation.cli import main
+
+    if device_info.gpu_available():
+        pytest.skip("a GPU is visible")
+    assert main(["attribution", "--study", "moe", "--family", "moe1", "--measured", "--scheduler", "inline"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gfx950" in err
+    row = sweep.run_task(sweep.Task("moe1+exp2", (16, 8, 512, 256, 2, 16), "bench"))
+    assert row["ok"] is False and "gfx950" in row["error"]
+
+
 @pytest.mark.slow
 def test_attribution_end_to_end_on_a_two_worker_cluster(tmp_path):
     """Compile + model every moe1 subset at the small decode shape on two workers reached by address."""

@@ -9,7 +9,11 @@ mechanism, the metric moves it should cause (:class:`Expect`) and the switches i
 The contract a kernel module implements is :class:`KernelFamily` (module-level names). :func:`register`
 checks it when the family registers -- one error naming every missing or malformed member -- and returns
 a :class:`Family`, the registered view: ladder, leave-one-out set, variant lookup and switch validation,
-implemented here once for every family. :data:`FAMILIES` is the one list of family modules; adding a
+implemented here once for every family -- and every other *valid switch subset* (each switch's
+``requires`` on too): :meth:`Family.subsets`, their canonical names (:meth:`Family.subset_name`:
+``gemm+agpr_acc+k_unroll4``, parsed back by :meth:`Family.parse_subset`, also as ``gemm@<hex mask>``),
+and a leave-one-out set for every switch, a required one with its dependents
+(:meth:`Family.leave_one_out_all`). :data:`FAMILIES` is the one list of family modules; adding a
 family is one kernel module plus one entry there.
 
 This module imports neither torch nor FlyDSL; registering a family imports its kernel module, which
