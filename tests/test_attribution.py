@@ -234,7 +234,7 @@ def test_plugged_in_step_uncertainty_widens_the_interval():
     assert r["ci_low"] == pytest.approx(r["shapley_log_pct"] - 1.0, abs=1e-3)
     assert r["ci_high"] == pytest.approx(r["shapley_log_pct"] + 3.0, abs=1e-3)
     assert res.detail["evidence_rule"] == "test rule"
-    with pytest.raises(UsageError, match="non-negative"):
+    with pytest.raises(UsageError, match="non-negative width"):
         A.set_step_uncertainty(lambda *a: (-1.0, 0.0))
         try:
             A.attribute(p, rows, resamples=10)

@@ -27,11 +27,12 @@ Per (family, shape):
 2. *the evidence's own error*: modelled -> the model's per-step uncertainty ``(minus, plus)`` in log
    points from :func:`step_uncertainty`. A Shapley value is an average (weights summing to 1) of the
    switch's marginal gains, each one modelled step of that switch, so if every step of switch ``i``
-   is off by at most ``(minus_i, plus_i)`` so is its Shapley value. The default is the one band every
-   modelled step carries today (:func:`mxfp4_ablation.studies.ablation.error_band`: +-b pp on a step's
-   ratio -> ``ln(1 + b/100)`` either way); a calibrated per-step model plugs in through
-   :func:`set_step_uncertainty` (a function ``(family, switch, shape) -> (minus, plus)`` in log
-   points; see its docstring). Measured -> the harness's CIs of each subset's paired A/B ratio against
+   is off by at most ``(minus_i, plus_i)`` so is its Shapley value. The default is the calibrated
+   per-step interval from held-out residuals where it exists (``studies.speed.step_interval``, the
+   calibration work; its bias shifts the interval), else the one band every modelled step carries today
+   (:func:`mxfp4_ablation.studies.ablation.error_band`: +-b pp on a step's ratio -> ``ln(1 + b/100)``
+   either way); any other per-step model plugs in through :func:`set_step_uncertainty` (a function
+   ``(family, switch, shape) -> (minus, plus)`` in log points; see its docstring). Measured -> the harness's CIs of each subset's paired A/B ratio against
    the empty set's kernel, carried through the (linear) Shapley formula with the absolute weights
    (:func:`linear_halfwidths`).
 
@@ -86,7 +87,27 @@ class AttributionError(UsageError):
 # ============================================================================ uncertainty interface
 
 
+def _calibrated():
+    """The calibrated per-step interval (``studies.speed.step_interval``, from held-out residuals), as
+    ``(minus, plus)`` log points around a step, when that interface and its table exist; else None."""
+    from . import speed
+
+    step_interval = getattr(speed, "step_interval", None)
+    if step_interval is None:
+        return None
+    try:
+        iv = step_interval(0.0)
+    except Exception:  # no calibration table yet
+        return None
+    return (-math.log(1 + float(iv["low"]) / 100), math.log(1 + float(iv["high"]) / 100)), str(iv.get("rule", ""))
+
+
 def _band_uncertainty(family: str, switch: str, shape: Sequence[int]) -> tuple[float, float]:
+    """The default: the calibrated step interval where it exists (:func:`_calibrated`; its bias makes it
+    asymmetric), else the one +-band of ``ablation.error_band`` for every step."""
+    cal = _calibrated()
+    if cal is not None:
+        return cal[0]
     from .ablation import error_band
 
     b = float(error_band()["band_pp"]) / 100.0
@@ -108,16 +129,23 @@ def set_step_uncertainty(fn: Callable[[str, str, Sequence[int]], tuple[float, fl
 
 
 def step_uncertainty(family: str, switch: str, shape: Sequence[int]) -> tuple[float, float]:
-    """``(minus, plus)`` in log points for one modelled step of ``switch`` (see :func:`set_step_uncertainty`)."""
+    """``(minus, plus)`` in log points for one modelled step of ``switch`` (see :func:`set_step_uncertainty`):
+    the step's true value lies in ``[modelled - minus, modelled + plus]``. One side may be negative
+    (a bias-corrected interval that lies wholly on one side of the modelled value); the width
+    ``minus + plus`` may not."""
     lo, hi = _UNCERTAINTY["fn"](family, switch, tuple(shape))
-    if not (lo >= 0 and hi >= 0):
-        raise AttributionError(f"step uncertainty of {family}.{switch} must be two non-negative numbers, got {lo}, {hi}")
+    if not (lo == lo and hi == hi and lo + hi >= 0):
+        raise AttributionError(f"step uncertainty of {family}.{switch} must be (minus, plus) with a non-negative "
+                               f"width, got {lo}, {hi}")
     return float(lo), float(hi)
 
 
 def uncertainty_rule() -> str:
     if _UNCERTAINTY["rule"]:
         return _UNCERTAINTY["rule"]
+    cal = _calibrated() if _UNCERTAINTY["fn"] is _band_uncertainty else None
+    if cal is not None:
+        return "every modelled step's calibrated interval: " + cal[1]
     from .ablation import error_band
 
     return "every modelled step +-ln(1 + band): " + error_band()["rule"]
