@@ -300,6 +300,10 @@ class Attribution:
     detail: dict = field(default_factory=dict)
 
     def json(self) -> dict:
+        """The CLI's ``--json`` form (NaN -- e.g. a sampled pair never adjacent -- becomes null)."""
+        return _nan_to_none(self._json())
+
+    def _json(self) -> dict:
         return {
             "switches": {n: {"shapley_log_pct": r["shapley_log_pct"], "ci": [r["ci_low"], r["ci_high"]],
                              "ladder_pct": r["ladder_pct"], "loo_pct": r["loo_pct"]} for n, r in self.switches.items()},
@@ -307,6 +311,16 @@ class Attribution:
             "interactions": {f"{a},{b}": {"log_pct": x, "samples": k} for (a, b), (x, k) in self.interactions.items()},
             "order_vs_seed": self.order,
         }
+
+
+def _nan_to_none(x):
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: _nan_to_none(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_nan_to_none(v) for v in x]
+    return x
 
 
 def _r(x: float, nd: int = 3) -> float:

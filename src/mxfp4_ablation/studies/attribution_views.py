@@ -73,6 +73,7 @@ def draw_shares(run_dir: Path):
                 for y, x in zip(ys, v):
                     ax.text(x, y, f" {x:+.1f} ", va="center", ha="left" if x >= 0 else "right", fontsize=5)
             ax.axvline(0, color="#4d4d4d", linewidth=0.6)
+            ax.margins(x=0.22)  # room for the value labels at both ends
             ax.tick_params(axis="x", labelsize=5)
             ax.set_title(titles[k] if i_row == 0 else "", fontsize=7, loc="left")
         labels = [f"{r.switch}" + (" *" if isinstance(r.loo_dropped_too, str) and r.loo_dropped_too else "")
