@@ -12,10 +12,15 @@ its reaped Dask workers, ``RUSAGE_CHILDREN``) and each task's own seconds, and w
 work: wall time then overstates what the engine needs, the CPU seconds do not, and the JSON says how
 many cores the box has and its load average before and after.
 
-The projection to a larger cluster (``--project 64``): a greedy longest-first list schedule of the
-measured per-variant task seconds over that many workers (compile, then model, as run), plus the
-measured fixed cost (cluster start + attribution); for the exact form the measured mean per-variant
-cost is extrapolated to every valid subset. Labelled a projection, not a measurement.
+``--limit N`` runs only the plan's first N subsets (on a box shared with other work a full cold run
+may not fit the time at hand); the JSON then says ``sets`` < ``plan_sets`` and the full plan's wall
+time is a projection only.
+
+The projection to 1, 2 and ``--project`` (64) workers: a greedy longest-first list schedule of the
+measured mean per-variant task seconds (compile + model, one worker) over the plan's subsets (sampled)
+and over every valid subset (exact), plus the measured fixed cost (cluster start + attribution).
+It assumes each worker has a core to itself (the measured seconds on a loaded box overstate that) and
+ignores the scheduler's per-task overhead (milliseconds). Labelled a projection, not a measurement.
 """
 
 from __future__ import annotations
