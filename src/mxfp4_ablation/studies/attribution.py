@@ -51,7 +51,6 @@ Every number here is labelled: ``modelled`` (gfx950emu timing model, with its ve
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence

@@ -18,7 +18,6 @@ draw). Importing this module imports neither FlyDSL nor the kernel registry.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -17,7 +17,7 @@ may not fit the time at hand); the JSON then says ``sets`` < ``plan_sets`` and t
 time is a projection only.
 
 The projection to 1, 2 and ``--project`` (64) workers: a greedy longest-first list schedule of the
-measured mean per-variant task seconds (compile + model, one worker) over the plan's subsets (sampled)
+measured mean per-variant task CPU seconds (compile + model, one worker) over the plan's subsets (sampled)
 and over every valid subset (exact), plus the measured fixed cost (cluster start + attribution).
 It assumes each worker has a core to itself (the measured seconds on a loaded box overstate that) and
 ignores the scheduler's per-task overhead (milliseconds). Labelled a projection, not a measurement.
@@ -83,6 +83,37 @@ def _schedule(durations, workers: int) -> float:
     return max(loads)
 
 
+def summarise(runs: list, tasks, args, argv=None) -> dict:
+    """The benchmark's JSON from the runs and the per-task table (also ``--resummarise``)."""
+    from .. import family, provenance
+
+    one = tasks[tasks["workers"] == tasks["workers"].min()]
+    comp = one[one["what"] == "compile"]["cpu_seconds"].tolist()  # CPU: what a worker with its own core needs
+    mod = one[one["what"] == "model"]["cpu_seconds"].tolist()
+    comp_wall = one[one["what"] == "compile"]["seconds"].tolist()
+    mod_wall = one[one["what"] == "model"]["seconds"].tolist()
+    fixed = runs[0]["cluster_start_s"] + runs[0]["attribute_s"]
+    valid = len(family.get(args.study if args.study == "gemm" else "moe2").subsets())
+    per = (sum(comp) + sum(mod)) / max(1, len(comp))
+    plan_sets = runs[0]["plan_sets"]
+    proj = {"label": "projection (list schedule of the measured 1-worker task CPU seconds, mean per-variant "
+                     "cost for subsets not measured; a core per worker)", "per_variant_s": round(per, 2), "plan_sets": plan_sets,
+            "exact_sets": valid}
+    for w in sorted({1, 2, args.project}):
+        proj[f"sampled_wall_s_{w}_workers"] = round(_schedule([per] * plan_sets, w) + fixed, 1)
+        proj[f"exact_wall_s_{w}_workers"] = round(_schedule([per] * valid, w) + fixed, 1)
+    summary = {"label": "measured", "study": args.study, "shape": args.shape, "method": args.method,
+               "pairs": args.pairs, "cores": os.cpu_count(), "git": provenance.git_state(),
+               "valid_subsets": {f: len(family.get(f).subsets()) for f in ("gemm", "moe1", "moe2")},
+               "compile_s_per_variant": {"cpu_mean": round(sum(comp) / len(comp), 2), "cpu_max": round(max(comp), 2),
+                                         "wall_mean": round(sum(comp_wall) / len(comp_wall), 2)},
+               "model_s_per_variant": {"cpu_mean": round(sum(mod) / len(mod), 2), "cpu_max": round(max(mod), 2),
+                                       "wall_mean": round(sum(mod_wall) / len(mod_wall), 2)},
+               "runs": runs, "projection": proj,
+               "command": "python -m mxfp4_ablation.studies.sweep_bench " + " ".join(argv or sys.argv[1:])}
+    return summary
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mxfp4_ablation.studies.sweep_bench", description=__doc__.splitlines()[0])
     ap.add_argument("--study", default="gemm")
@@ -94,12 +125,23 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="run only the plan's first N subsets (a partial run on a "
                     "busy box; the full plan's wall time is then projected from the measured tasks)")
     ap.add_argument("--out", default="experiments/attribution-bench")
+    ap.add_argument("--resummarise", action="store_true", help="recompute sweep_bench.json from --out's stored runs")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--tasks-csv", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return _child(args)
+    if args.resummarise:
+        import pandas as pd
+
+        out_dir = Path(args.out)
+        old = json.loads((out_dir / "sweep_bench.json").read_text())
+        summary = summarise(old["runs"], pd.read_csv(out_dir / "sweep_tasks.csv"), args, argv)
+        summary["command"] = old["command"]
+        (out_dir / "sweep_bench.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(json.dumps(summary, indent=2))
+        return 0
     import pandas as pd
 
     from .. import family, provenance
@@ -129,26 +171,7 @@ def main(argv=None) -> int:
             task_frames.append(pd.read_csv(csv_file))
             print(json.dumps(r), flush=True)
     tasks = pd.concat(task_frames, ignore_index=True)
-    one = tasks[tasks["workers"] == tasks["workers"].min()]
-    comp = one[one["what"] == "compile"]["seconds"].tolist()
-    mod = one[one["what"] == "model"]["seconds"].tolist()
-    fixed = runs[0]["cluster_start_s"] + runs[0]["attribute_s"]
-    valid = len(family.get(args.study if args.study == "gemm" else "moe2").subsets())
-    per = (sum(comp) + sum(mod)) / max(1, len(comp))
-    plan_sets = runs[0]["plan_sets"]
-    proj = {"label": "projection (list schedule of the measured 1-worker task seconds, mean per-variant cost "
-                     "for subsets not measured)", "per_variant_s": round(per, 2), "plan_sets": plan_sets,
-            "exact_sets": valid}
-    for w in sorted({1, 2, args.project}):
-        proj[f"sampled_wall_s_{w}_workers"] = round(_schedule([per] * plan_sets, w) + fixed, 1)
-        proj[f"exact_wall_s_{w}_workers"] = round(_schedule([per] * valid, w) + fixed, 1)
-    summary = {"label": "measured", "study": args.study, "shape": args.shape, "method": args.method,
-               "pairs": args.pairs, "cores": os.cpu_count(), "host": provenance.git_state(),
-               "valid_subsets": {f: len(family.get(f).subsets()) for f in ("gemm", "moe1", "moe2")},
-               "compile_s_per_variant": {"mean": round(sum(comp) / len(comp), 2), "max": round(max(comp), 2)},
-               "model_s_per_variant": {"mean": round(sum(mod) / len(mod), 2), "max": round(max(mod), 2)},
-               "runs": runs, "projection": proj,
-               "command": "python -m mxfp4_ablation.studies.sweep_bench " + " ".join(argv or sys.argv[1:])}
+    summary = summarise(runs, tasks, args, argv)
     (out_dir / "sweep_bench.json").write_text(json.dumps(summary, indent=2) + "\n")
     tasks.to_csv(out_dir / "sweep_tasks.csv", index=False)
     print(json.dumps(summary, indent=2))
