@@ -310,6 +310,9 @@ def test_sweep_cli_check_and_bad_input(capsys):
     assert data["workers"] == 1 and data["tasks"] == 1
     assert main(["sweep", "--variants", "gemm+scale_prefetch", "--shape", "256,256,3072", "--scheduler", "inline"]) == 2
     assert "depends on g2s_m0" in capsys.readouterr().err
+    assert main(["variants", "--subsets", "moe2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 16 and rows[0]["name"] == "moe2-v0" and rows[-1]["name"] == "moe2-v4"
     assert main(["attribution", "--study", "gemm", "--scheduler", "bogus"]) == 2
     assert main(["attribution", "--study", "fp8"]) == 2
 
