@@ -217,3 +217,16 @@ upstream: $(SETUP_STAMP) ## fetch + compile the upstream FlyDSL / aiter kernels 
 	PYTHONPATH=src $(PY) -m mxfp4_ablation.upstream build --root $(UPSTREAM_DIR) \
 	  --flydsl-git "$(FLYDSL_GIT)" --aiter-git "$(AITER_GIT)" \
 	  $(if $(DEVICE_LIBS),--device-libs "$(DEVICE_LIBS)") $(if $(ROCM_DEVICE_LIBS_DEB),--device-libs-deb "$(ROCM_DEVICE_LIBS_DEB)")
+
+# ---- Shapley attribution over switch subsets (#23), on the Dask sweep engine. `make reproduce` runs the
+# sampled GEMM form in the summary (the MoE forms are exact there); this target does every valid subset
+# (GEMM: 240) into experiments/<run-id>-attribution-<study>/. ATTRIB_SCHEDULER: local (a LocalCluster sized
+# to this machine), local:N, slurm / pbs (dask-jobqueue), or a running scheduler's address.
+ATTRIB_SCHEDULER ?= local
+.PHONY: attribution-exact attribution-bench
+attribution-exact: $(SETUP_STAMP) ## exact Shapley attribution of both studies (every valid subset, Dask)
+	$(PY) -m mxfp4_ablation.cli attribution --study gemm --method exact --scheduler $(ATTRIB_SCHEDULER)
+	$(PY) -m mxfp4_ablation.cli attribution --study moe --method exact --scheduler $(ATTRIB_SCHEDULER)
+
+attribution-bench: $(SETUP_STAMP) ## time a cold GEMM attribution on 1 and 2 Dask workers (writes experiments/attribution-bench)
+	$(PY) -m mxfp4_ablation.studies.sweep_bench --workers 1,2

@@ -38,6 +38,9 @@ iterations = 100  # timed A/B pairs per process (device mode only)
 verify_leave_one_out = True
 modelled = True  # the timing model's per-step deltas, waterfall, leave-one-out, order of impact, MoE ratios
 fidelity = True  # first/last rungs vs the seeds' before/after kernels (compiles both rungs at the upstream shapes)
+attribution = True  # Shapley attribution over switch subsets (modelled; needs modelled = True)
+attribution_pairs = 2  # GEMM: antithetic pairs of sampled orderings (its 240 subsets are `make attribution-exact`)
+attribution_scheduler = "local"  # the sweep engine's Dask scheduler for the GEMM subsets (local, local:N, an address)
 
 # %%
 from IPython.display import Markdown, display
@@ -129,6 +132,29 @@ if gemm_model:
     display(Markdown(f"rho (step deltas) = {gemm_model.stats['order']['rho_step']:.2f}, rho (leave-one-out) = "
                      f"{gemm_model.stats['order']['rho_loo']:.2f} over {gemm_model.stats['order']['n']} switches"))
     display(Markdown("\n".join(f"* {f}" for f in gemm_model.findings())))
+
+# %% [markdown]
+# ### What each step buys, independent of the ladder order: Shapley attribution, *modelled*
+# A ladder delta is a switch's gain given the switches before it; a leave-one-out loss its gain given all
+# the others. The Shapley share averages its gain over every order (a switch whose requirement is off does
+# nothing: `g2s_m0` shares in what `scale_prefetch` and `b_carry`, which need it, buy), so the shares add
+# up exactly to the whole ladder's log gain. GEMM: 240 valid subsets, so the pipeline samples orderings
+# (the ladder order and its reverse first, antithetic pairs; `make attribution-exact` does all 240); the
+# interval adds the sampling interval and the model's per-step uncertainty. Three views side by side, all in
+# log-% of TFLOPS; then the pairwise interactions (the pairs that make orders disagree) and PR #990's order
+# of impact against the Shapley ranking, with a bootstrap interval on the rank correlation.
+
+# %%
+from mxfp4_ablation.studies import attribution_views
+
+gemm_attr = (attribution_views.summary_section("gemm", report.out_dir, pairs=attribution_pairs,
+                                               scheduler=attribution_scheduler) if modelled and attribution else None)
+if gemm_attr:
+    display(gemm_attr.table())
+    display(gemm_attr.figure("attribution_shares"))
+    display(gemm_attr.figure("attribution_interactions"))
+    display(gemm_attr.tables["attribution_order"])
+    display(Markdown("\n".join(f"* {f}" for f in gemm_attr.findings())))
 
 # %% [markdown]
 # ## Fidelity: does the ladder start at the seed's "before" and end at its "after"?
@@ -234,6 +260,22 @@ if moe_model:
                               "bound", "model_version", "clock_ghz"]])
     display(moe_model.figure("modelled_leave_one_out"))
     display(Markdown("\n".join(f"* {f}" for f in moe_model.findings())))
+
+# %% [markdown]
+# ### MoE: what each step buys, independent of the ladder order (Shapley attribution, *modelled*)
+# Exact (every valid subset: 4 for gemm1, 16 for gemm2) at the decode and prefill ISA shapes, run in this
+# process (the Kimi-shape inputs take GBs per process, so no extra workers); aiter PR #3828's quantified
+# claims against the Shapley ranking.
+
+# %%
+moe_attr = (attribution_views.summary_section("moe", report.out_dir, scheduler="inline")
+            if modelled and attribution else None)
+if moe_attr:
+    display(moe_attr.table())
+    display(moe_attr.figure("attribution_shares"))
+    display(moe_attr.figure("attribution_interactions"))
+    display(moe_attr.tables["attribution_order"])
+    display(Markdown("\n".join(f"* {f}" for f in moe_attr.findings())))
 
 # %% [markdown]
 # ### MoE fidelity: first/last rungs against aiter's kernels before and after PR #3828

@@ -9,7 +9,11 @@ mechanism, the metric moves it should cause (:class:`Expect`) and the switches i
 The contract a kernel module implements is :class:`KernelFamily` (module-level names). :func:`register`
 checks it when the family registers -- one error naming every missing or malformed member -- and returns
 a :class:`Family`, the registered view: ladder, leave-one-out set, variant lookup and switch validation,
-implemented here once for every family. :data:`FAMILIES` is the one list of family modules; adding a
+implemented here once for every family -- and every other *valid switch subset* (each switch's
+``requires`` on too): :meth:`Family.subsets`, their canonical names (:meth:`Family.subset_name`:
+``gemm+agpr_acc+k_unroll4``, parsed back by :meth:`Family.parse_subset`, also as ``gemm@<hex mask>``),
+and a leave-one-out set for every switch, a required one with its dependents
+(:meth:`Family.leave_one_out_all`). :data:`FAMILIES` is the one list of family modules; adding a
 family is one kernel module plus one entry there.
 
 This module imports neither torch nor FlyDSL; registering a family imports its kernel module, which
@@ -388,20 +392,115 @@ class Family:
         return [n for n, _ in self.ladder + self.leave_one_out()]
 
     def switch_set(self, variant_name: str) -> frozenset:
-        """The switch set of a ladder or leave-one-out variant name (ValueError naming the known ones)."""
+        """The switch set of a ladder, leave-one-out or subset variant name (UsageError naming the known
+        forms)."""
         for n, s in self.ladder + self.leave_one_out():
             if n == variant_name:
                 return s
-        raise UsageError(f"unknown {self.label} variant {variant_name!r}; known: {', '.join(self.variant_names())}.")
+        sw = self.parse_subset(variant_name)
+        if sw is not None:
+            return sw
+        raise UsageError(f"unknown {self.label} variant {variant_name!r}; known: {', '.join(self.variant_names())}, "
+                         f"or any valid subset as {self.name}+SWITCH+SWITCH... / {self.name}@MASK.")
+
+    # ---------------------------------------------------------------- subsets
+    # A *subset variant* is any set of switches whose ``requires`` hold (each switch's requirements are
+    # on too). Its canonical name (:meth:`subset_name`) is the ladder rung's or the leave-one-out
+    # variant's name when the set is one of those (so the ladder keeps its names), else
+    # ``<NAME>+<switch>+<switch>...`` in ladder order (``gemm+agpr_acc+k_unroll4``; ``+`` needs no
+    # quoting in a shell, braces would be brace-expanded). :meth:`parse_subset` also reads
+    # ``<NAME>@<hex mask>`` (bit i = the i-th switch in ladder order, :meth:`mask`) and, quoted,
+    # ``<NAME>{a,b}``, in any switch order. The compile and timing caches key by switch set and shape,
+    # never by name, so every spelling of one set shares one compile.
+
+    def mask(self, switches: Iterable[str]) -> int:
+        """The bitmask of a switch set: bit i = the i-th switch in ladder order."""
+        order = list(self.switches)
+        return sum(1 << order.index(s) for s in self.check_switches(switches, validate=False))
+
+    def from_mask(self, mask: int) -> frozenset:
+        order = list(self.switches)
+        if not 0 <= mask < (1 << len(order)):
+            raise UsageError(f"{self.label} subset mask {mask:#x} is out of range (0 .. {(1 << len(order)) - 1:#x})")
+        return frozenset(s for i, s in enumerate(order) if mask >> i & 1)
+
+    def is_valid(self, switches: Iterable[str]) -> bool:
+        """Every switch known and every switch's ``requires`` on too."""
+        sw = frozenset(switches)
+        return sw <= set(self.switches) and all(set(self.switches[s].requires) <= sw for s in sw)
+
+    def subsets(self) -> list[frozenset]:
+        """Every valid subset, by size then by mask (deterministic): the empty set first, all switches last."""
+        order = list(self.switches)
+        out = [self.from_mask(m) for m in range(1 << len(order))]
+        return sorted((s for s in out if self.is_valid(s)), key=lambda s: (len(s), self.mask(s)))
+
+    def dependents(self, switch: str) -> frozenset:
+        """The switches that need ``switch`` on, directly or through another switch."""
+        out: set[str] = set()
+        grew = True
+        while grew:
+            grew = False
+            for s in self.switches.values():
+                if s.name not in out and ({switch} | out) & set(s.requires):
+                    out.add(s.name)
+                    grew = True
+        return frozenset(out)
+
+    def leave_one_out_all(self) -> list[tuple[str, frozenset, frozenset]]:
+        """``[(name, switches, dropped_too)]`` for EVERY switch in ladder order: the last rung without it
+        and without its :meth:`dependents` (``dropped_too``; empty for a switch nothing requires, whose
+        entry is the :meth:`leave_one_out` variant). A switch others require has no valid set "all but
+        it", so its entry drops its dependents as well and says so: ``gemm-v9-no-g2s_m0`` is the last
+        rung without ``g2s_m0``, ``scale_prefetch`` and ``b_carry``."""
+        full_name, full = self.ladder[-1]
+        return [(f"{full_name}-no-{s}", full - {s} - self.dependents(s), self.dependents(s)) for s in self.switches]
+
+    def subset_name(self, switches: Iterable[str]) -> str:
+        """The canonical name of a valid switch set (see the section comment above)."""
+        sw = self.check_switches(switches)
+        for n, s in self.ladder + self.leave_one_out():
+            if s == sw:
+                return n
+        for n, s, _ in self.leave_one_out_all():
+            if s == sw:
+                return n
+        return "+".join([self.name] + [s for s in self.switches if s in sw])
+
+    def parse_subset(self, name: str) -> frozenset | None:
+        """A subset name (any spelling of :meth:`subset_name`, ``<NAME>@<hex>``, ``<NAME>{a,b}``) ->
+        its validated switch set; None when ``name`` is not of this family's subset forms. An unknown
+        switch or a missing requirement is one UsageError."""
+        for n, s, _ in self.leave_one_out_all():
+            if n == name:
+                return s
+        rest = name[len(self.name):] if name.startswith(self.name) else None
+        if not rest:
+            return None
+        if rest[0] == "@":
+            try:
+                mask = int(rest[1:], 16)
+            except ValueError:
+                raise UsageError(f"subset {name!r}: the mask after '@' must be hexadecimal") from None
+            return self.check_switches(self.from_mask(mask))
+        if rest[0] == "+":
+            parts = rest[1:].split("+") if rest[1:] else []
+        elif rest[0] == "{" and rest.endswith("}"):
+            parts = [p.strip() for p in rest[1:-1].split(",") if p.strip()]
+        else:
+            return None
+        if len(set(parts)) != len(parts):
+            raise UsageError(f"subset {name!r} names a switch twice")
+        return self.check_switches(parts)
 
     # ---------------------------------------------------------------- validation
-    def check_switches(self, switches: Iterable[str]) -> frozenset:
-        """Names -> frozenset; one ValueError for an unknown switch or a missing requirement."""
+    def check_switches(self, switches: Iterable[str], validate: bool = True) -> frozenset:
+        """Names -> frozenset; one ValueError for an unknown switch or (``validate``) a missing requirement."""
         sw = frozenset(switches)
         unknown = sorted(sw - set(self.switches))
         if unknown:
             raise UsageError(f"unknown {self.label} switch(es) {', '.join(unknown)}; known: {', '.join(self.switches)}.")
-        for s in self.switches.values():
+        for s in (self.switches.values() if validate else ()):
             if s.name in sw:
                 for dep in s.requires:
                     if dep not in sw:

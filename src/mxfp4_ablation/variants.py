@@ -1,9 +1,15 @@
-"""Kernel variants as data: every registered family's ladder and leave-one-out set, by name.
+"""Kernel variants as data: every registered family's ladder and leave-one-out set, by name, and
+any other valid switch subset on demand.
 
 The families and their :class:`~mxfp4_ablation.family.Switch` records live in
 :mod:`mxfp4_ablation.family` (one registry); this module flattens them into :class:`Variant` rows.
 A ladder variant's predecessor is the previous rung; a leave-one-out variant's is the full ladder's
-last rung.
+last rung. :func:`all_variants` lists the ladders and leave-one-out sets only (what the notebooks
+step through); :func:`get` also resolves a *subset* name (``gemm+agpr_acc+k_unroll4``,
+``gemm@0x21``, ``gemm-v9-no-g2s_m0``: see :meth:`mxfp4_ablation.family.Family.subset_name`) into a
+``kind="subset"`` :class:`Variant` whose predecessor is the family's empty set (``gemm-v0``, the
+A/B baseline of a subset), so every command that takes a VARIANT takes any valid subset.
+:func:`subset_variants` lists a family's valid subsets.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ class Variant:
     family: str
     switches: frozenset
     predecessor: str | None
-    kind: str  # "ladder" or "leave-one-out"
+    kind: str  # "ladder", "leave-one-out" or "subset"
 
     @property
     def spec(self) -> family.Family:
@@ -45,8 +51,8 @@ class Variant:
         None for the baseline."""
         if self.predecessor is None:
             return None
-        (changed,) = self.switches ^ all_variants()[self.predecessor].switches
-        return changed
+        changed = self.switches ^ get(self.predecessor).switches
+        return next(iter(changed)) if len(changed) == 1 else None
 
     def shape(self, shape: tuple[int, ...]) -> dict:
         """``--shape`` numbers -> shape keywords (count checked here, values by the kernel module)."""
@@ -79,11 +85,34 @@ def all_variants() -> dict[str, Variant]:
     return out
 
 
+def subset_variant(fam: family.Family, switches) -> Variant:
+    """The :class:`Variant` of one valid switch set of ``fam``, under its canonical name (a ladder rung
+    or leave-one-out set comes back as that variant)."""
+    name = fam.subset_name(switches)
+    known = family_variants(fam)
+    if name in known:
+        return known[name]
+    return Variant(name, fam.name, frozenset(switches), fam.ladder[0][0], "subset")
+
+
+def subset_variants(family_name: str) -> list[Variant]:
+    """Every valid switch subset of a family, by size then mask (the empty set first)."""
+    fam = family.get(family_name)
+    return [subset_variant(fam, s) for s in fam.subsets()]
+
+
 def get(name: str) -> Variant:
+    """A ladder, leave-one-out or subset variant by name (UsageError for an unknown name, an unknown
+    switch or a subset whose requirements do not hold)."""
     variants = all_variants()
-    if name not in variants:
-        raise UsageError(f"unknown variant {name!r} (known: {', '.join(variants)})")
-    return variants[name]
+    if name in variants:
+        return variants[name]
+    for fam in family.all_families().values():
+        sw = fam.parse_subset(name)
+        if sw is not None:
+            return subset_variant(fam, sw)
+    raise UsageError(f"unknown variant {name!r} (known: {', '.join(variants)}; or a valid switch subset "
+                     f"FAMILY+SWITCH+SWITCH..., e.g. gemm+agpr_acc+k_unroll4, or FAMILY@HEXMASK)")
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

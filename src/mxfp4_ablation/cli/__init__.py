@@ -24,7 +24,8 @@ from typing import Any
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, UsageError
 
 #: Modules that add subcommands (each has ``register(subparsers)``).
-EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify", "mxfp4_ablation.cli.model")
+EXTENSIONS = ("mxfp4_ablation.cli.bench", "mxfp4_ablation.cli.verify", "mxfp4_ablation.cli.model",
+              "mxfp4_ablation.cli.attribution")
 
 
 def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:
@@ -78,6 +79,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_variants(args: argparse.Namespace) -> int:
     from .. import variants
 
+    if getattr(args, "subsets", None):  # every valid switch subset of one family, by canonical name
+        fam = variants.family.get(args.subsets)
+        rows = [{"name": v.name, "family": v.family, "kind": v.kind, "mask": f"{fam.mask(v.switches):x}",
+                 "switches": [s for s in fam.switches if s in v.switches]} for v in variants.subset_variants(args.subsets)]
+        emit(args, rows, "\n".join(f"{r['name']:<72} @{r['mask']:<4} {r['kind']}" for r in rows)
+             + f"\n{len(rows)} valid subsets of {args.subsets}")
+        return 0
     rows = []
     for v in variants.all_variants().values():
         step = v.spec.switches[v.switch] if v.switch else None
@@ -231,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("doctor", cmd_doctor, "toolchain, torch build, GPU, and which mode `make reproduce` will use")
-    add("variants", cmd_variants, "list kernel variants (ladders and leave-one-out sets)")
+    p = add("variants", cmd_variants, "list kernel variants (ladders and leave-one-out sets)")
+    p.add_argument("--subsets", metavar="FAMILY", help="list every valid switch subset of FAMILY instead")
     p = add("compile", cmd_compile, "compile a variant offline for gfx950 and print its ISA metrics")
     p.add_argument("variant")
     p.add_argument("--shape", required=True, help=SHAPE_HELP)

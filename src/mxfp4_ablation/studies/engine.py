@@ -246,9 +246,21 @@ class Study:
         return out
 
     def variant(self, name: str):
+        """A ladder / leave-one-out variant, or any valid switch subset of one of the study's families
+        (``gemm+agpr_acc+k_unroll4``, :func:`mxfp4_ablation.variants.get`)."""
         known = self.variants()
         if name not in known:
-            raise StudyError(f"unknown {self.spec.title} variant {name!r} (known: {', '.join(known)})")
+            from .. import variants
+            from ..errors import UsageError
+
+            try:
+                v = variants.get(name)
+            except UsageError:
+                v = None
+            if v is not None and v.family in self.spec.families:
+                return v
+            raise StudyError(f"unknown {self.spec.title} variant {name!r} (known: {', '.join(known)}, or a valid "
+                             f"switch subset such as {next(iter(self.spec.families))}+SWITCH+SWITCH)")
         return known[name]
 
     def ladder_names(self, family: str | None = None) -> list[str]:

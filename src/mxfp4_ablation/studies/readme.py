@@ -222,6 +222,12 @@ def _update(path: Path, text: str, done: list, studies, run, latest) -> list[str
             if not fid:
                 raise _missing(path, f"{study.name} fidelity", latest, study.summary_table("fidelity"))
             text = replace_between_markers(text, fid, gb, ge)
+        from . import attribution_views  # the Shapley attribution block (#23), where the README has its markers
+
+        ab, ae = attribution_views.readme_markers(study.name)
+        att = attribution_views.readme_block(study.name, run if run is not None else _latest())
+        if ab in text and att:
+            text = replace_between_markers(text, att, ab, ae)
     if not done:
         raise StudyError(f"{path} has no generated-table markers")
     results.atomic_write_text(path, text)
