@@ -27,12 +27,12 @@ from .decode import DecodeError
 from .hazards import HazardError, HazardReport
 from .machine import Program, Result, Stats, launch, load
 from .memops import ExecError
-from .memory import MemoryFault
+from .memory import LazyBuffer, MemoryFault
 from .parser import ParseError
 
 __all__ = [
     "load", "launch", "Program", "Result", "Stats", "HazardReport", "HazardError",
-    "DecodeError", "ParseError", "ExecError", "MemoryFault",
+    "DecodeError", "ParseError", "ExecError", "MemoryFault", "LazyBuffer",
     "load_code_object", "code_object_to_isa", "CodeObjectError",
 ]
 
