@@ -221,8 +221,29 @@ def _module_file(target: str) -> Path:
     return Path(spec.origin)
 
 
+def _code_bytes(file: Path) -> bytes:
+    """A module's code as its syntax tree, without comments and docstrings: editing a comment or a
+    docstring of a kernel module keeps every compile cached (issue #24: a one-step edit reruns in
+    minutes); any change to the code itself changes the digest.  Unparsable text: its raw bytes."""
+    import ast
+
+    data = file.read_bytes()
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return data
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False).encode()
+
+
 def _source_digest(target: str) -> str:
-    """Hash of the target's module and every module of our kernels package (shared helpers)."""
+    """Hash of the code (:func:`_code_bytes`) of the target's module and of every module of our kernels
+    package (shared helpers)."""
     files = {_module_file(target)}
     kernels = paths.REPO_ROOT / "src" / "mxfp4_ablation" / "kernels"
     if kernels.is_dir():
@@ -230,7 +251,7 @@ def _source_digest(target: str) -> str:
     digest = hashlib.sha256()
     for file in sorted(files):
         digest.update(str(file.name).encode())
-        digest.update(file.read_bytes())
+        digest.update(_code_bytes(file))
     return digest.hexdigest()
 
 
