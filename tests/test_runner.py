@@ -51,6 +51,7 @@ def test_device_backend_refused_without_gfx950(monkeypatch):
         runner.verify("gemm-v0", (256, 256, 256), backend="device")
 
 
+@pytest.mark.slow
 def test_emulator_runs_are_reused_by_content(tmp_path, monkeypatch):
     """A second verify of the same ISA on the same bytes reads the stored outputs (issue #24) and reaches
     the same verdict; other inputs (another seed) run the emulator again."""

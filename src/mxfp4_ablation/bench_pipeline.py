@@ -301,8 +301,9 @@ def main(argv=None) -> int:
     ap.add_argument("notebooks", nargs="*", help=f"notebooks to profile (default: {', '.join(DEFAULT_NOTEBOOKS)})")
     ap.add_argument("--label", default="profile", help="name of the output files")
     ap.add_argument("--out", default="experiments/bench-pipeline", help="where the CSV and markdown go")
-    ap.add_argument("--cache", choices=("cold", "warm"), default="cold",
-                    help="cold: one fresh MXFP4_CACHE for this whole run; warm: the environment's")
+    ap.add_argument("--cache", default="cold",
+                    help="cold: one fresh MXFP4_CACHE for this whole run; warm: the environment's; a folder: that "
+                         "one (cold when empty: rerun with the same folder to measure a warm rerun)")
     ap.add_argument("--model", action="append", default=[], metavar="VARIANT@SHAPE",
                     help="also time `mxfp4-ablation model VARIANT --shape SHAPE --sample 1 --no-cache`")
     ap.add_argument("--no-kernel-start", action="store_true", help="skip the one-cell papermill run")
@@ -321,8 +322,14 @@ def main(argv=None) -> int:
                PYTHONPATH=os.pathsep.join([str(paths.REPO_ROOT / "src")] + ([os.environ["PYTHONPATH"]]
                                                                               if os.environ.get("PYTHONPATH") else [])))
     Path(env["MXFP4_EXPERIMENTS"]).mkdir(parents=True)
+    cache = ns.cache
     if ns.cache == "cold":
         env["MXFP4_CACHE"] = f"{scratch}/cache"
+    elif ns.cache != "warm":
+        folder = Path(ns.cache).resolve()
+        cache = "cold (empty folder)" if not folder.is_dir() or not any(folder.iterdir()) else "warm (folder reused)"
+        folder.mkdir(parents=True, exist_ok=True)
+        env["MXFP4_CACHE"] = str(folder)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=str(paths.REPO_ROOT), capture_output=True,
                             text=True).stdout.strip() or "?"
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=str(paths.REPO_ROOT),
@@ -332,13 +339,13 @@ def main(argv=None) -> int:
             "command": "python -m mxfp4_ablation.bench_pipeline " + " ".join(argv)}
     rows = []
     if not ns.no_kernel_start:
-        rows.append(bench_kernel_start(env, ns.label, ns.cache))
+        rows.append(bench_kernel_start(env, ns.label, cache))
         print(rows[-1], flush=True)
     for nb in notebooks:
-        rows.append(bench_notebook(nb, env, ns.label, ns.cache))
+        rows.append(bench_notebook(nb, env, ns.label, cache))
         print(rows[-1], flush=True)
     for case in ns.model:
-        rows.append(bench_model(case, env, ns.label, ns.cache))
+        rows.append(bench_model(case, env, ns.label, cache))
         print(rows[-1], flush=True)
     meta["load_after"] = "%.2f %.2f %.2f" % os.getloadavg()
     write(rows, paths.REPO_ROOT / ns.out if not Path(ns.out).is_absolute() else Path(ns.out), ns.label, meta)
