@@ -131,3 +131,10 @@ clean: ## remove caches and run stamps (keeps experiments/ results and figures/)
 
 # The summary reads what the step notebooks wrote: it runs after all of them.
 $(STAMP_DIR)/summary.done: $(filter-out $(STAMP_DIR)/summary.done,$(STAMPS))
+
+# Pipeline profile (a benchmark, measured: per-notebook wall / CPU time by phase, see
+# src/mxfp4_ablation/bench_pipeline.py); BENCH_ARGS e.g. "--label after --cache warm notebooks/summary.py".
+BENCH_ARGS ?= --label profile
+.PHONY: bench-pipeline
+bench-pipeline: $(SETUP_STAMP) ## profile a few notebooks by phase into experiments/bench-pipeline/ (measured)
+	$(PY) -m mxfp4_ablation.bench_pipeline $(BENCH_ARGS)
