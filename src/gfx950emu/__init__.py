@@ -12,6 +12,10 @@ that every use of memory results is covered by an ``s_waitcnt``.
     res = gfx950emu.launch(prog, grid, block, args, timing=True)   # modelled clock
     res.timing["cycles"], res.timing["kernel"]["tflops"]          # see gfx950emu.timing
 
+A buffer argument may be a ``gfx950emu.LazyBuffer(nbytes, fill)``: its bytes are made by ``fill(lo, hi)``
+only where the kernel touches them (big launches map every buffer this way, chunk by chunk; see
+``memory``), so a timing run of a few workgroups of a multi-GB problem builds only what they read.
+
 ``launch(..., delivery="late")`` lands every load only when a wait forces it (``"random"``: a seeded
 legal moment), and ``wave_order="reverse"|"random"`` reorders / interleaves the waves: a kernel that waits
 correctly gives the same bytes in every mode.
