@@ -36,7 +36,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
