@@ -230,3 +230,10 @@ attribution-exact: $(SETUP_STAMP) ## exact Shapley attribution of both studies (
 
 attribution-bench: $(SETUP_STAMP) ## time a cold GEMM attribution on 1 and 2 Dask workers (writes experiments/attribution-bench)
 	$(PY) -m mxfp4_ablation.studies.sweep_bench --workers 1,2
+
+# Pipeline profile (a benchmark, measured: per-notebook wall / CPU time by phase, see
+# src/mxfp4_ablation/bench_pipeline.py); BENCH_ARGS e.g. "--label after --cache warm notebooks/summary.py".
+BENCH_ARGS ?= --label profile
+.PHONY: bench-pipeline
+bench-pipeline: $(SETUP_STAMP) ## profile a few notebooks by phase into experiments/bench-pipeline/ (measured)
+	$(PY) -m mxfp4_ablation.bench_pipeline $(BENCH_ARGS)

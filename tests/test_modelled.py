@@ -81,3 +81,56 @@ def test_model_counts_out_of_range_lanes_of_a_kernel_that_relies_on_the_range_ch
     # the timing path must give its waves the same event log as a plain launch does.
     r = modelled.model("moe1-v0", (1, 8, 512, 256, 2), use_cache=False)
     assert r["label"] == "modelled" and r["kernel"]["us"] > 0
+
+
+# ------------------------------------------------------------- sampled (lazily mapped) inputs ----
+def _same_model(variant, shape, sample, monkeypatch):
+    """The timing model on the full eager inputs and on lazily mapped ones (forced chunk by chunk)."""
+    from gfx950emu import memory
+
+    eager = modelled.model(variant, shape, sample=sample, use_cache=False, lazy=False)
+    monkeypatch.setattr(memory, "LAZY_MIN_BYTES", 0)
+    modelled._LAZY_INPUTS.clear()
+    lazy = modelled.model(variant, shape, sample=sample, use_cache=False, lazy=True)
+    assert lazy["cycles"] == eager["cycles"]
+    for key in ("wave_cycles", "mfma_count", "exposed", "kernel", "hot_loop", "lds_conflict_cycles",
+                "sampled_workgroups"):
+        assert lazy[key] == eager[key], key
+    return eager, lazy
+
+
+def test_lazy_moe_inputs_model_the_same_cycles(monkeypatch):
+    _same_model("moe1-v2", (200, 8, 512, 256, 2, 128), 1, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant,shape,sample", [("gemm-v4", (512, 512, 3072), 1),
+                                                  ("moe2-v4", (200, 8, 512, 256, 2, 128), 2),
+                                                  ("moe2-v0", (16, 8, 512, 256, 2, 16), 4),
+                                                  ("moe1-v0", (16, 8, 512, 256, 2, 16), 4)])
+def test_lazy_inputs_model_the_same_cycles_slow(variant, shape, sample, monkeypatch):
+    """GEMM: zero lazy buffers against random eager ones (its timing does not read its data); MoE: the
+    same bytes (routing, activations, the touched experts' weights), decode and prefill."""
+    _same_model(variant, shape, sample, monkeypatch)
+
+
+def test_lazy_expert_weights_are_the_eager_preshuffled_bytes():
+    import torch
+
+    from mxfp4_ablation.kernels import moe_gemm1, moe_gemm2
+
+    shape = dict(tokens=16, experts=8, hidden=512, inter=256, topk=2, block_m=16)
+    for module, names in ((moe_gemm1, ("w1", "w1_scale")), (moe_gemm2, ("w2", "w2_scale"))):
+        eager = module.make_inputs(**shape, seed=3)
+        lazy = module.make_inputs(**shape, seed=3, lazy=True)
+        for name in names:
+            want = eager[name].contiguous().reshape(-1).numpy()
+            t = lazy[name]
+            assert t.is_meta and t.numel() * t.element_size() == want.size
+            got = np.concatenate([lazy["_fills"][name](lo, min(lo + 777, want.size))
+                                  for lo in range(0, want.size, 777)])
+            assert np.array_equal(got, want), name
+        for key, value in eager.items():      # everything else is built as the eager inputs are
+            other = lazy[key]
+            if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor) and not other.is_meta:
+                assert torch.equal(value, other), key

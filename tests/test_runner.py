@@ -49,3 +49,19 @@ def test_device_backend_refused_without_gfx950(monkeypatch):
     monkeypatch.setattr(modes, "visible_gpu", lambda: None)
     with pytest.raises(ValueError, match="this machine has no GPU"):
         runner.verify("gemm-v0", (256, 256, 256), backend="device")
+
+
+@pytest.mark.slow
+def test_emulator_runs_are_reused_by_content(tmp_path, monkeypatch):
+    """A second verify of the same ISA on the same bytes reads the stored outputs (issue #24) and reaches
+    the same verdict; other inputs (another seed) run the emulator again."""
+    monkeypatch.setattr(runner, "_emulation_cache", lambda key: tmp_path / "emulate" / key[:2] / key)
+    first = runner.verify("moe2-v0", (16, 8, 512, 256, 2, 16))
+    again = runner.verify("moe2-v0", (16, 8, 512, 256, 2, 16))
+    assert first["emulator_cached"] is False and again["emulator_cached"] is True
+    for key in ("passed", "outputs", "hazards", "hazard_reports", "out_of_range", "buffers_sha256"):
+        assert again[key] == first[key], key
+    other = runner.verify("moe2-v0", (16, 8, 512, 256, 2, 16), seed=1)
+    assert other["emulator_cached"] is False and other["passed"]
+    monkeypatch.setenv("MXFP4_EMULATE_CACHE", "0")
+    assert runner.verify("moe2-v0", (16, 8, 512, 256, 2, 16))["emulator_cached"] is False

@@ -110,3 +110,16 @@ def test_staged_wrapper_runs_the_linker(tmp_path, monkeypatch):
 
     out = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "LLD" in out.stdout
+
+
+def test_source_digest_ignores_comments_and_docstrings_not_code(tmp_path):
+    """A comment / docstring edit of a kernel module keeps its compiles cached; a code edit does not."""
+    f = tmp_path / "k.py"
+    f.write_text('"""doc"""\ndef build(n):\n    """what it does"""\n    return n + 1  # one\n')
+    base = toolchain._code_bytes(f)
+    f.write_text('"""other doc"""\n# a new comment\n\ndef build(n):\n    """reworded"""\n    return n + 1  # two\n')
+    assert toolchain._code_bytes(f) == base
+    f.write_text('"""doc"""\ndef build(n):\n    """what it does"""\n    return n + 2\n')
+    assert toolchain._code_bytes(f) != base
+    f.write_text("def build(:\n")            # not Python: the raw bytes
+    assert toolchain._code_bytes(f) == b"def build(:\n"

@@ -12,6 +12,10 @@ that every use of memory results is covered by an ``s_waitcnt``.
     res = gfx950emu.launch(prog, grid, block, args, timing=True)   # modelled clock
     res.timing["cycles"], res.timing["kernel"]["tflops"]          # see gfx950emu.timing
 
+A buffer argument may be a ``gfx950emu.LazyBuffer(nbytes, fill)``: its bytes are made by ``fill(lo, hi)``
+only where the kernel touches them (big launches map every buffer this way, chunk by chunk; see
+``memory``), so a timing run of a few workgroups of a multi-GB problem builds only what they read.
+
 ``launch(..., delivery="late")`` lands every load only when a wait forces it (``"random"``: a seeded
 legal moment), and ``wave_order="reverse"|"random"`` reorders / interleaves the waves: a kernel that waits
 correctly gives the same bytes in every mode.
@@ -27,12 +31,12 @@ from .decode import DecodeError
 from .hazards import HazardError, HazardReport
 from .machine import Program, Result, Stats, launch, load
 from .memops import ExecError
-from .memory import MemoryFault
+from .memory import LazyBuffer, MemoryFault
 from .parser import ParseError
 
 __all__ = [
     "load", "launch", "Program", "Result", "Stats", "HazardReport", "HazardError",
-    "DecodeError", "ParseError", "ExecError", "MemoryFault",
+    "DecodeError", "ParseError", "ExecError", "MemoryFault", "LazyBuffer",
     "load_code_object", "code_object_to_isa", "CodeObjectError",
 ]
 

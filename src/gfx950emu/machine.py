@@ -40,7 +40,7 @@ import numpy as np
 
 from . import decode as D
 from .kernel import decode_kernel
-from .memory import FlatMemory
+from .memory import FlatMemory, LazyBuffer
 from .memops import ExecError
 from .parser import parse_module
 
@@ -211,7 +211,7 @@ def _byte_view(x, what):
 
 
 def _is_array(x):
-    return isinstance(x, np.ndarray) or type(x).__module__.startswith("torch")
+    return isinstance(x, (np.ndarray, LazyBuffer)) or type(x).__module__.startswith("torch")
 
 
 _HIDDEN = ("hidden_",)
@@ -268,6 +268,10 @@ class _Launch:
                 kargs.extend(b"\0" * (off + size - len(kargs)))
             kind = meta.get(".value_kind")
             if kind == "global_buffer" or (kind == "by_value" and size == 8 and _is_array(val)):
+                if isinstance(val, LazyBuffer):       # bytes made on first touch (see memory.LazyBuffer)
+                    addr = self.mem.reserve(f"arg{k}", val.nbytes, source=val)
+                    kargs[off:off + size] = addr.to_bytes(size, "little")
+                    continue
                 if val is None:
                     kargs[off:off + size] = b"\0" * size
                     continue
@@ -277,7 +281,7 @@ class _Launch:
                         continue
                     raise ValueError(f"{what} is a buffer: pass a numpy array or CPU torch tensor")
                 view, writeable = _byte_view(val, what)
-                addr = self.mem.reserve(f"arg{k}", view.size)
+                addr = self.mem.reserve(f"arg{k}", view.size, source=view)
                 mapped.append((addr, view, writeable))
                 kargs[off:off + size] = addr.to_bytes(size, "little")
             elif kind == "by_value":
@@ -292,8 +296,6 @@ class _Launch:
         self.mem.finalize()
         self.mem.write_bytes(self.kernarg_addr, bytes(kargs))
         self.mem.write_bytes(self.dispatch_addr, self._dispatch_packet())
-        for addr, view, _ in mapped:
-            self.mem.write_bytes(addr, view)
         self.mapped = mapped
         self.lds_size = prog.lds_size + int(lds_bytes or 0)
         if self.lds_size > 160 * 1024:
@@ -325,12 +327,17 @@ class _Launch:
         return bytes(p)
 
     def write_back(self):
+        """Copy the kernel's writes back into the caller's arrays (lazily mapped: the chunks it touched)."""
+        from .memory import HEAP_BASE
+
         for addr, view, writeable in self.mapped:
-            new = self.mem.read_bytes(addr, view.size)
-            if not np.array_equal(new, view):
-                if not writeable:
-                    raise ValueError("the kernel wrote into a read-only argument buffer")
-                view[:] = new
+            off = addr - HEAP_BASE
+            for lo, hi in self.mem.materialised_ranges(off, view.size):
+                new = self.mem.heap[off + lo:off + hi]
+                if not np.array_equal(new, view[lo:hi]):
+                    if not writeable:
+                        raise ValueError("the kernel wrote into a read-only argument buffer")
+                    view[lo:hi] = new
 
 
 def _init_wave(L, w, wg, wave_in_wg):

@@ -20,11 +20,14 @@ The verdict -- every output passes, zero hazards -- is the project's correctness
 from __future__ import annotations
 
 import inspect
+import json
 import math
+import os
 import time
+from pathlib import Path
 from typing import Any
 
-from . import family, modes, reference, toolchain, variants
+from . import family, modes, paths, reference, toolchain, variants
 from .errors import UsageError
 
 #: The gate's cosine for outputs that declare no ``min_cosine`` of their own, and the historical
@@ -147,27 +150,132 @@ def _check_backend(backend: str) -> None:
             raise UsageError(f"--backend device needs a gfx950 GPU (MI355X); this machine has {where}")
 
 
+#: gfx950emu's modules whose code decides what an emulator run computes (the timing model, the HIP shim
+#: and the code-object loader do not): their digest is part of the emulation cache key
+_EMU_MODULES = ("asm", "decode", "fpformats", "hazards", "kernel", "machine", "memops", "memory", "mfma", "parser")
+
+
+def _emulator_digest() -> str:
+    import hashlib
+
+    import gfx950emu
+
+    root = Path(gfx950emu.__file__).parent
+    h = hashlib.sha256()
+    for name in _EMU_MODULES:
+        f = root / f"{name}.py"
+        if f.is_file():
+            h.update(name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def _arg_views(args: list) -> list:
+    """(index, uint8 numpy view) of every buffer argument (CPU tensors / arrays), sharing its memory."""
+    import numpy as np
+
+    out = []
+    for k, a in enumerate(args):
+        if hasattr(a, "detach") and a.device.type == "cpu":
+            flat = a.detach().reshape(-1)
+            out.append((k, flat.view(__import__("torch").uint8).numpy() if flat.numel() else np.zeros(0, np.uint8)))
+        elif isinstance(a, np.ndarray):
+            out.append((k, a.reshape(-1).view(np.uint8)))
+    return out
+
+
+def _emulation_key(isa: str, grid, block, args: list, opts: dict) -> str:
+    """What an emulator run computes from: the ISA text, grid, block, every argument's bytes (and the
+    plain values), the launch options and gfx950emu's own code."""
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(json.dumps([hashlib.sha256(isa.encode()).hexdigest(), list(grid), list(block),
+                         sorted((k, v) for k, v in opts.items() if k != "processes"), _emulator_digest()],
+                        default=str).encode())
+    views = dict(_arg_views(args))
+    for k, a in enumerate(args):
+        h.update(f"|{k}:".encode())
+        h.update(views[k].tobytes() if k in views else repr(a).encode())
+    return h.hexdigest()
+
+
+def _emulation_cache(key: str) -> Path:
+    return paths.cache_dir() / "emulate" / key[:2] / key
+
+
+def _emulate(program, isa: str, grid, block, args: list, opts: dict) -> tuple[dict, bool]:
+    """``gfx950emu.launch`` through a content-keyed cache (issue #24): a run whose ISA, arguments, options
+    and emulator code are byte-identical to a stored one is not executed again -- the stored outputs (the
+    bytes of every buffer the kernel changed) are written into the arguments and the stored hazard
+    reports returned.  ``MXFP4_EMULATE_CACHE=0`` turns it off.  Returns ``(summary, cached)``."""
+    import gfx950emu
+    import numpy as np
+
+    use = os.environ.get("MXFP4_EMULATE_CACHE", "1") != "0"
+    key = _emulation_key(isa, grid, block, args, opts) if use else None
+    views = _arg_views(args)
+    if key:
+        folder = _emulation_cache(key)
+        try:
+            summary = json.loads((folder / "summary.json").read_text())
+            with np.load(folder / "outputs.npz") as data:
+                stored = {int(name[1:]): data[name] for name in data.files}
+            for k, view in views:
+                if k in stored:
+                    if stored[k].size != view.size:
+                        raise ValueError("stored output of another size")
+                    view[:] = stored[k]
+            oob: dict = {}
+            for opcode, line, n in summary["out_of_range"]:
+                oob.setdefault(opcode, {})[line] = n
+            summary["out_of_range"] = oob
+            return summary, True
+        except (OSError, ValueError, KeyError):
+            pass
+    before = {k: view.copy() for k, view in views} if key else {}
+    start = time.perf_counter()
+    run = gfx950emu.launch(program, grid=grid, block=block, args=args, **opts)
+    seconds = round(time.perf_counter() - start, 3)
+    ordering = [h for h in run.hazards if h.kind != "wait_states"]
+    waits = [h for h in run.hazards if h.kind == "wait_states"]
+    summary = {"seconds": seconds, "hazards": len(ordering), "hazard_reports": [str(h) for h in ordering[:5]],
+               "wait_state_hazards": len(waits), "wait_state_reports": [str(h) for h in waits[:5]],
+               "out_of_range": run.stats.out_of_range}
+    if key:
+        import tempfile
+
+        changed = {f"a{k}": view.copy() for k, view in views if not np.array_equal(view, before[k])}
+        folder = _emulation_cache(key)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".tmp-"))
+        np.savez(tmp / "outputs.npz", **changed)
+        oob = [[op, line, n] for op, per in summary["out_of_range"].items() for line, n in per.items()]
+        (tmp / "summary.json").write_text(json.dumps({**summary, "out_of_range": oob}, default=str))
+        try:
+            os.replace(tmp, folder)
+        except OSError:      # another process stored the same run first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return summary, False
+
+
 def _run_emulator(variant, module, params, shape_kw, inputs, opts) -> dict[str, Any]:
     """Compile offline, run the ISA in gfx950emu; ``opts``: ``hazards``, ``processes`` and any
-    further :func:`gfx950emu.launch` keywords (``delivery``, ``wave_order``, ``seed``)."""
+    further :func:`gfx950emu.launch` keywords (``delivery``, ``wave_order``, ``seed``).  Runs go
+    through :func:`_emulate`'s content-keyed cache (``emulator_cached`` says when one was reused)."""
     import gfx950emu
 
     art = toolchain.compile(variant.target, params)
     grid, block = module.launch_config(**shape_kw)
     program = gfx950emu.load(art.isa)
     args = emulator_args(_call_with_switches(module.kernel_args, inputs, variant.switches))
-    start = time.perf_counter()
-    run = gfx950emu.launch(program, grid=grid, block=block, args=args, **opts)
-    seconds = round(time.perf_counter() - start, 3)
-    # s_nop wait-state reports (gfx950emu.hazards) are counted apart from the s_waitcnt / LDS-ordering
-    # hazards the gate has always meant: several GEMM rungs inherit an M0 -> LDS-DMA wait-state hazard
-    # from FlyDSL's inline-asm DMA idiom (upstream has the same), see README "findings".
-    ordering = [h for h in run.hazards if h.kind != "wait_states"]
-    waits = [h for h in run.hazards if h.kind == "wait_states"]
-    return {"seconds": seconds, "compile_seconds": art.compile_seconds,
-            "hazards": len(ordering), "hazard_reports": [str(h) for h in ordering[:5]],
-            "wait_state_hazards": len(waits), "wait_state_reports": [str(h) for h in waits[:5]],
-            "out_of_range": run.stats.out_of_range, "buffers_sha256": buffers_digest(inputs)}
+    run, cached = _emulate(program, art.isa, grid, block, args, opts)
+    return {"seconds": run["seconds"], "compile_seconds": art.compile_seconds,
+            "hazards": run["hazards"], "hazard_reports": run["hazard_reports"],
+            "wait_state_hazards": run["wait_state_hazards"], "wait_state_reports": run["wait_state_reports"],
+            "out_of_range": run["out_of_range"], "buffers_sha256": buffers_digest(inputs),
+            "emulator_cached": cached}
 
 
 def _run_device(variant, module, params, shape_kw, inputs, opts) -> dict[str, Any]:

@@ -228,17 +228,47 @@ def _module_file(target: str) -> Path:
 COMPILE_MODULES = ("mxfp4_ablation.toolchain", "mxfp4_ablation._compile_worker")
 
 
+def _code_bytes(file: Path) -> bytes:
+    """A module's code as its syntax tree, without comments and docstrings: editing a comment or a
+    docstring of a kernel module keeps every compile cached (issue #24: a one-step edit reruns in
+    minutes); any change to the code itself changes the digest.  Unparsable text: its raw bytes."""
+    import ast
+
+    data = file.read_bytes()
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return data
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False).encode()
+
+
 def _source_digest(target: str) -> str:
     """Digest of every file the compile of ``target`` runs: the target's module and every module of ours
     it imports (transitively, with their packages' data files), every kernel module (shared helpers
-    reached by name), and this compile recipe with its worker (:data:`COMPILE_MODULES`)."""
+    reached by name), and this compile recipe with its worker (:data:`COMPILE_MODULES`). Python files
+    count by their code (:func:`_code_bytes`: a comment or docstring edit keeps the cache), data files
+    by their bytes."""
     from . import sources
 
     _module_file(target)  # a clear error for a malformed or unknown target
     module = target.partition(":")[0]
     kernels = paths.REPO_ROOT / "src" / "mxfp4_ablation" / "kernels"
     named = {f"mxfp4_ablation.kernels.{p.stem}" for p in kernels.glob("*.py") if p.stem != "__init__"}
-    return sources.closure_digest({module, *COMPILE_MODULES, *named})
+    digest = hashlib.sha256()
+    for file in sorted(sources.module_closure({module, *COMPILE_MODULES, *named})):
+        try:
+            name = file.resolve().relative_to(sources.SRC).as_posix()
+        except ValueError:
+            name = file.name
+        digest.update(name.encode() + b"\0")
+        digest.update(hashlib.sha256(_code_bytes(file) if file.suffix == ".py" else file.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def flydsl_version() -> str:

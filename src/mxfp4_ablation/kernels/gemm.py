@@ -1096,15 +1096,26 @@ def build(M: int, N: int, K: int, **switches):
     return launch
 
 
-def make_inputs(M: int, N: int, K: int, seed: int = 0) -> dict:
+def make_inputs(M: int, N: int, K: int, seed: int = 0, lazy: bool = False) -> dict:
     """Random MXFP4 GEMM inputs in the kernel's layouts (keys = ARG_NAMES), plus the
     unshuffled ``A_q, B_q, A_s, B_s`` for references.  Uses ``mxfp4_ablation.reference``
-    when present, else quantises Gaussian data with ``formats``."""
+    when present, else quantises Gaussian data with ``formats``.
+
+    ``lazy=True`` (for a timing run): every buffer is a ``meta`` tensor (shape and dtype, no storage)
+    that the timing run maps as zeros, and there is no reference.  A dense GEMM's timing does not
+    depend on its data (no data-dependent branch, address or EXEC; ``tests/test_modelled.py`` checks
+    that the modelled cycles on random inputs and on these are the same)."""
     import torch
 
     from mxfp4_ablation import formats
 
     check_shape(M, N, K)
+    if lazy:
+        meta = {"device": "meta", "dtype": torch.uint8}
+        return {"A": torch.empty(M, K // 2, **meta), "B": torch.empty(N, K // 2, **meta),
+                "C": torch.empty(M, N, dtype=torch.bfloat16, device="meta"),
+                "A_scale": torch.empty(M, K // 32, **meta), "B_scale": torch.empty(N, K // 32, **meta),
+                "M": M, "N": N, "A_q": None, "B_q": None, "A_s": None, "B_s": None}
     gen = torch.Generator().manual_seed(seed)
     a_q, a_s = formats.quantize_mxfp4(torch.randn(M, K, generator=gen))
     b_q, b_s = formats.quantize_mxfp4(torch.randn(N, K, generator=gen))

@@ -697,7 +697,7 @@ def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
 
 
 def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, seed: int = 0,
-                block_m: int = None) -> dict:
+                block_m: int = None, lazy: bool = False) -> dict:
     """Every buffer of one launch (keys = :data:`ARG_NAMES`), built with ``moe.host``.
 
     ``hidden_states`` holds the bf16 hidden states. At ``block_m`` 16 (inline quant) the kernel quantises
@@ -706,6 +706,12 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
     128 they are the MoE-rule MXFP4 of ``moe.host.make_moe_inputs`` and ``hidden_states`` is not read.
     Also carries ``problem``, ``sorting``, the plain (unshuffled) ``w1_quant`` / ``w1_scale_plain``
     and ``block_m``.  ``inter_quant`` / ``inter_scale`` start zeroed (the kernel's outputs).
+
+    ``lazy=True`` (for a sampled timing run, which touches a few experts' weights): ``w1`` / ``w1_scale``
+    and the zeroed outputs are ``meta`` tensors (shape and dtype, no storage) and ``_fills`` maps each
+    buffer name to ``fill(lo, hi)`` -> its bytes ``[lo, hi)`` (absent: zeros); the weights'
+    bytes are the eager ones (``moe.host.lazy_expert_weights``).  Routing, activations and their
+    scales are built as usual.  No plain weights: such inputs have no reference.
     """
     import torch
 
@@ -715,14 +721,31 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
     regime = "decode" if block_m == 16 else "prefill"
     problem = host.MoEProblem(experts=experts, hidden=hidden, intermediate=inter, topk=topk, tokens=tokens,
                               seed=seed, regime=regime)
-    raw_in = host.make_moe_inputs(problem, with_weights=True)
+    raw_in = host.make_moe_inputs(problem, with_weights=not lazy)
     a_q, a_s = raw_in["a_quant"], raw_in["a_scale"]
     if inline_quant(block_m):
         a_q, a_s = host.quantize_activations_inline(raw_in["hidden_states"])
-    w1_q, w1_s = raw_in["w1_quant"], raw_in["w1_scale"]
     sorting = host.moe_sort(raw_in["topk_ids"], raw_in["topk_weights"], experts, block_m)
-    w1_shuf, w1_scale_shuf = host.preshuffle_w1(w1_q, w1_s)
     rows = sorting.max_sorted
+    if lazy:
+        w = host.lazy_expert_weights(problem, "w1")
+        meta = {"device": "meta", "dtype": torch.uint8}
+        return {
+            "a_quant": a_q.contiguous(),
+            "a_scale": host.sort_shuffle_scales(a_s, sorting).contiguous(),
+            "w1": torch.empty(w.quant_shape, **meta), "w1_scale": torch.empty(w.scale_shape, **meta),
+            "sorted_expert_ids": sorting.sorted_expert_ids.to(torch.int32).contiguous(),
+            "num_valid_ids": sorting.num_valid_ids.to(torch.int32).contiguous(),
+            "m_indices": sorting.m_indices.to(torch.int32).contiguous(),
+            "tokens": tokens,
+            "inter_quant": torch.empty(rows, inter // 2, **meta),
+            "inter_scale": torch.empty(-(-rows // 32) * 32 * (inter // 32), **meta),
+            "hidden_states": raw_in["hidden_states"].contiguous(),
+            "problem": problem, "sorting": sorting, "w1_quant": None, "w1_scale_plain": None, "block_m": block_m,
+            "_fills": {"w1": w.fill_quant, "w1_scale": w.fill_scale},
+        }
+    w1_q, w1_s = raw_in["w1_quant"], raw_in["w1_scale"]
+    w1_shuf, w1_scale_shuf = host.preshuffle_w1(w1_q, w1_s)
     return {
         "a_quant": a_q.contiguous(),
         "a_scale": host.sort_shuffle_scales(a_s, sorting).contiguous(),

@@ -723,7 +723,7 @@ def _zero_buffers(g: Geometry) -> dict:
 
 
 def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, seed: int = 0,
-                block_m: int = None) -> dict:
+                block_m: int = None, lazy: bool = False) -> dict:
     """The kernel's buffers for one random MoE layer (keys = :data:`ARG_NAMES`).
 
     Builds the problem with :mod:`mxfp4_ablation.moe.host` (routing, sort, preshuffled W2)
@@ -731,6 +731,11 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
     where ``h`` came from, and emulating gemm1 would only cost time).  Also returns
     ``sorting`` (the :class:`~mxfp4_ablation.moe.host.MoESorting`), ``regime``,
     ``w2_shuf`` / ``w2_scale_shuf`` in their ``[E, H, *]`` shapes, and ``out`` zeroed.
+
+    ``lazy=True`` (for a sampled timing run): ``w2`` / ``w2_scale`` (and ``w2_shuf`` / ``w2_scale_shuf``)
+    and ``out`` are ``meta`` tensors and ``_fills`` maps a buffer name to ``fill(lo, hi)`` -> its bytes
+    (absent: zeros); the weights' bytes are the eager ones (``moe.host.lazy_expert_weights``).  Such
+    inputs have no reference.
     """
     import torch
 
@@ -743,14 +748,23 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
     reg = regime(block_m)
     problem = host.MoEProblem(experts=experts, hidden=hidden, intermediate=inter, topk=topk, tokens=tokens,
                               seed=seed, regime=reg)
-    data = host.make_moe_inputs(problem, with_weights=True)
+    data = host.make_moe_inputs(problem, with_weights=not lazy)
     sorting = host.moe_sort(data["topk_ids"], data["topk_weights"], experts, block_m)
-    w2_shuf, w2_scale_shuf = host.preshuffle_w2(data["w2_quant"], data["w2_scale"])
+    fills = {}
+    if lazy:
+        w = host.lazy_expert_weights(problem, "w2")
+        w2_shuf = torch.empty(w.quant_shape, device="meta", dtype=torch.uint8)
+        w2_scale_shuf = torch.empty(w.scale_shape, device="meta", dtype=torch.uint8)
+        fills = {"w2": w.fill_quant, "w2_scale": w.fill_scale}
+    else:
+        w2_shuf, w2_scale_shuf = host.preshuffle_w2(data["w2_quant"], data["w2_scale"])
+    del data
     gen = torch.Generator().manual_seed(seed + 1)
     # h: rows of valid pairs random, padding rows zero (as gemm1 writes them: silu(0) * 0).
     h = torch.randn(g.max_sorted, inter, generator=gen)
     h[~sorting.valid_row_mask()] = 0
-    h_q, h_s = quantize_mxfp4_moe(h)
+    h_q, h_s = host._by_rows(quantize_mxfp4_moe, h)
+    del h
     h_s_pad = torch.zeros(g.scale_rows, inter // 32, dtype=torch.uint8)
     h_s_pad[: g.max_sorted] = h_s
     bufs = {
@@ -762,11 +776,15 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
         "sorted_weights": sorting.sorted_weights.contiguous(),
         "sorted_expert_ids": sorting.sorted_expert_ids.contiguous(),
         "num_valid_ids": sorting.num_valid_ids.contiguous(),
-        "out": torch.zeros(g.out_rows, hidden, dtype=torch.bfloat16),
+        "out": torch.empty(g.out_rows, hidden, dtype=torch.bfloat16, device="meta") if lazy
+        else torch.zeros(g.out_rows, hidden, dtype=torch.bfloat16),
         "tokens": tokens,
     }
-    return {**bufs, "sorting": sorting, "regime": reg, "w2_shuf": w2_shuf, "w2_scale_shuf": w2_scale_shuf,
-            "block_m": block_m}
+    out = {**bufs, "sorting": sorting, "regime": reg, "w2_shuf": w2_shuf, "w2_scale_shuf": w2_scale_shuf,
+           "block_m": block_m}
+    if lazy:
+        out["_fills"] = fills
+    return out
 
 
 def reference(inputs: dict) -> dict:

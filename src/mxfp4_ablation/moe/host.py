@@ -89,6 +89,8 @@ __all__ = [
     "kimi_k25_tp4",
     "small_test_problem",
     "make_moe_inputs",
+    "expert_mxfp4",
+    "lazy_expert_weights",
     "route_topk",
     "MoESorting",
     "max_sorted_rows",
@@ -246,16 +248,99 @@ def route_topk(router_logits: torch.Tensor, topk: int, renormalize: bool = True)
 # --------------------------------------------------------------------------- inputs
 
 
-def _random_mxfp4(gen: torch.Generator, rows: int, cols: int, lead: int, k: int):
-    """Random fp4 bytes and E8M0 scales sized so that ``|w| ~ 1/sqrt(k)``.
+def _expert_generator(seed: int, tag: str, expert: int) -> torch.Generator:
+    """The generator of one expert's weights: seeded from ``(seed, tag, expert)`` alone, so any expert's
+    bytes can be drawn without drawing the others (what a sampled timing run needs)."""
+    import hashlib
 
-    Drawing codes directly (instead of quantising a float matrix) keeps the Kimi
-    weights affordable (1.4 GB of bytes, no 5.6 GB float tensor first).
-    """
-    packed = torch.randint(0, 256, (lead, rows, cols // 2), generator=gen, dtype=torch.uint8)
+    digest = hashlib.sha256(f"mxfp4-ablation/moe/{tag}/{int(seed)}/{int(expert)}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+
+
+def expert_mxfp4(seed: int, tag: str, expert: int, rows: int, cols: int, k: int):
+    """One expert's random fp4 bytes ``uint8 [rows, cols/2]`` and E8M0 scales ``[rows, cols/32]``, sized so
+    that ``|w| ~ 1/sqrt(k)``; ``tag`` names the weight ("w1", "w2").  Drawing codes directly (instead of
+    quantising a float matrix) keeps the Kimi weights affordable (1.4 GB of bytes, no 5.6 GB float
+    tensor first); one generator per expert (:func:`_expert_generator`) lets a timing run build only
+    the experts its sampled workgroups read (:func:`lazy_expert_weights`)."""
+    gen = _expert_generator(seed, tag, expert)
+    packed = torch.randint(0, 256, (rows, cols // 2), generator=gen, dtype=torch.uint8)
     base = 127 - 2 - round(math.log2(math.sqrt(k)))  # mean |E2M1 code| ~ 2.25 = 2**1.2
-    scales = torch.randint(base - 1, base + 2, (lead, rows, cols // 32), generator=gen).to(torch.uint8)
+    scales = torch.randint(base - 1, base + 2, (rows, cols // 32), generator=gen).to(torch.uint8)
     return packed, scales
+
+
+def _random_mxfp4(seed: int, tag: str, rows: int, cols: int, lead: int, k: int):
+    """Every expert's :func:`expert_mxfp4`, stacked: ``([lead, rows, cols/2], [lead, rows, cols/32])``."""
+    packed = torch.empty(lead, rows, cols // 2, dtype=torch.uint8)
+    scales = torch.empty(lead, rows, cols // 32, dtype=torch.uint8)
+    for e in range(lead):
+        packed[e], scales[e] = expert_mxfp4(seed, tag, e, rows, cols, k)
+    return packed, scales
+
+
+#: the (rows, cols, k) of each weight of a problem: W1 [E, 2I, H] (gate/up), W2 [E, H, I] (down)
+def _weight_dims(p: "MoEProblem", tag: str):
+    return (2 * p.intermediate, p.hidden, p.hidden) if tag == "w1" else (p.hidden, p.intermediate, p.intermediate)
+
+
+class lazy_expert_weights:
+    """The preshuffled bytes of one weight (``tag`` "w1" / "w2") of ``problem``, made an expert at a time
+    on demand: ``fill_quant(lo, hi)`` / ``fill_scale(lo, hi)`` return bytes ``[lo, hi)`` of the flat
+    buffers :func:`preshuffle_w1` / :func:`preshuffle_w2` make from :func:`make_moe_inputs`'s weights
+    (the same bytes; both preshuffles work within one expert).  ``quant_shape`` / ``scale_shape`` are
+    the ``[E, rows, *]`` shapes.  A few recently used experts are kept."""
+
+    KEEP = 8
+
+    def __init__(self, problem: "MoEProblem", tag: str):
+        if tag not in ("w1", "w2"):
+            raise ValueError(f"weight tag must be 'w1' or 'w2', got {tag!r}.")
+        self.problem, self.tag = problem, tag
+        rows, cols, k = _weight_dims(problem, tag)
+        self.rows, self.cols, self.k = rows, cols, k
+        self.quant_shape = (problem.experts, rows, cols // 2)
+        self.scale_shape = (problem.experts, rows, cols // 32)
+        self._cache: Dict[int, tuple] = {}
+
+    def expert(self, e: int):
+        """(shuffled fp4 bytes, shuffled scale bytes) of expert ``e`` as flat uint8 numpy arrays."""
+        hit = self._cache.pop(e, None)
+        if hit is None:
+            q, s = expert_mxfp4(self.problem.seed, self.tag, e, self.rows, self.cols, self.k)
+            q, s = formats.shuffle_weight_b(q), formats.shuffle_scales(s)
+            hit = (q.reshape(-1).numpy(), s.reshape(-1).numpy())
+            while len(self._cache) >= self.KEEP:
+                self._cache.pop(next(iter(self._cache)))
+        self._cache[e] = hit
+        return hit
+
+    def _fill(self, which: int, per: int, lo: int, hi: int):
+        import numpy as np
+
+        out = np.empty(hi - lo, dtype=np.uint8)
+        pos = lo
+        while pos < hi:
+            e, at = divmod(pos, per)
+            n = min(per - at, hi - pos)
+            out[pos - lo:pos - lo + n] = self.expert(e)[which][at:at + n]
+            pos += n
+        return out
+
+    def fill_quant(self, lo: int, hi: int):
+        return self._fill(0, self.rows * self.cols // 2, lo, hi)
+
+    def fill_scale(self, lo: int, hi: int):
+        return self._fill(1, self.rows * self.cols // 32, lo, hi)
+
+
+def _by_rows(fn, x: torch.Tensor, rows: int = 1024):
+    """``fn`` (a per-row quantiser returning ``(packed, scales)``) applied ``rows`` rows at a time:
+    the same bytes as one call, with temporaries of ``rows`` rows only."""
+    if x.shape[0] <= rows:
+        return fn(x)
+    parts = [fn(x[i:i + rows]) for i in range(0, x.shape[0], rows)]
+    return torch.cat([q for q, _ in parts]), torch.cat([s for _, s in parts])
 
 
 def make_moe_inputs(problem: MoEProblem, with_weights: bool = True) -> dict:
@@ -265,7 +350,9 @@ def make_moe_inputs(problem: MoEProblem, with_weights: bool = True) -> dict:
     ``topk_weights`` / ``topk_ids`` (:func:`route_topk`), ``a_quant`` / ``a_scale``
     (the MoE-rule MXFP4 of the hidden states) and, with ``with_weights``, plain
     (unshuffled) ``w1_quant [E, 2I, H/2]``, ``w1_scale [E, 2I, H/32]``,
-    ``w2_quant [E, H, I/2]``, ``w2_scale [E, H, I/32]``.  ``problem`` rides along.
+    ``w2_quant [E, H, I/2]``, ``w2_scale [E, H, I/32]`` (each expert from its own generator,
+    :func:`expert_mxfp4`; :class:`lazy_expert_weights` makes their preshuffled bytes an expert at a
+    time).  ``problem`` rides along.
     """
     if not isinstance(problem, MoEProblem):
         raise ValueError(f"make_moe_inputs needs a MoEProblem, got {type(problem).__name__}.")
@@ -274,12 +361,13 @@ def make_moe_inputs(problem: MoEProblem, with_weights: bool = True) -> dict:
     hidden_states = torch.randn(p.tokens, p.hidden, generator=gen).to(torch.bfloat16)
     router_logits = torch.randn(p.tokens, p.experts, generator=gen)
     topk_weights, topk_ids = route_topk(router_logits, p.topk, p.renormalize)
-    a_quant, a_scale = quantize_activations(hidden_states)
+    a_quant, a_scale = _by_rows(quantize_activations, hidden_states)
     out = dict(problem=p, hidden_states=hidden_states, router_logits=router_logits,
                topk_weights=topk_weights, topk_ids=topk_ids, a_quant=a_quant, a_scale=a_scale)
     if with_weights:
-        out["w1_quant"], out["w1_scale"] = _random_mxfp4(gen, 2 * p.intermediate, p.hidden, p.experts, p.hidden)
-        out["w2_quant"], out["w2_scale"] = _random_mxfp4(gen, p.hidden, p.intermediate, p.experts, p.intermediate)
+        for tag in ("w1", "w2"):
+            rows, cols, k = _weight_dims(p, tag)
+            out[f"{tag}_quant"], out[f"{tag}_scale"] = _random_mxfp4(p.seed, tag, rows, cols, p.experts, k)
     return out
 
 

@@ -90,10 +90,10 @@ def model_detail(df: pd.DataFrame) -> str:
 MOE_SAMPLE = {16: 16, 128: 4}
 
 
-#: The largest MoE token count the summary models: at M=16384 building the Kimi inputs (make_inputs, with
-#: its float reference) took the process past 14 GB RSS and the 24 GB box killed it (measured); the
-#: published M=16384 gemm2 ratio stays without a modelled partner until make_inputs can skip the reference.
-MOE_MAX_TOKENS = 4096
+#: The largest MoE token count the summary models. At M=16384 building the full Kimi inputs took the
+#: process past 14 GB RSS (measured); the timing runs now map their inputs lazily (only the sampled
+#: workgroups' experts are built, ``modelled._prepare``), so every token count of the sweep is modelled.
+MOE_MAX_TOKENS = 16384
 
 
 def default_sample(variant: str, shape: Sequence[int] | None = None):
@@ -137,37 +137,15 @@ def zero_inputs(module, **shape) -> dict:
     return out
 
 
-_INPUTS: dict = {}  # the last MoE inputs (a sweep visits each shape's variants in a row)
-
-
 def _model(variant: str, shape: tuple, sample) -> dict:
-    """``modelled.model`` (same cache key), but a dense GEMM runs on zero inputs (see :func:`zero_inputs`)."""
-    import importlib
-    import inspect
-
-    from .. import modelled, variants
+    """``modelled.model`` at seed 0 (same cache key): lazily mapped inputs, so only what the sampled
+    workgroups touch is built (a dense GEMM on zero buffers, see ``kernels.gemm.make_inputs(lazy=True)``;
+    the MoE with its real routing and the touched experts' weights)."""
+    from .. import modelled
 
     prep = modelled._prepare(variant, shape, 0)
-    v = variants.get(variant)
-    module = importlib.import_module(variants.KERNEL_MODULES[v.family])
-
-    def make_args():
-        if variant.startswith("gemm"):
-            inputs = zero_inputs(module, **prep["shape_args"])
-        else:  # MoE timing follows the routing: real inputs, built once per (family, shape) in a row
-            key = (v.family, tuple(sorted(prep["shape_args"].items())))
-            if _INPUTS.get("key") != key:
-                _INPUTS.clear()
-                gc.collect()  # the previous shape's inputs (GBs at the Kimi shape) go before the next are built
-                _INPUTS.update(key=key, inputs=module.make_inputs(**prep["shape_args"], seed=0))
-            inputs = _INPUTS["inputs"]
-        sig = inspect.signature(module.kernel_args).parameters.values()
-        if any(p.kind is p.VAR_KEYWORD for p in sig) or v.switches & {p.name for p in sig}:
-            return module.kernel_args(inputs, **{name: True for name in sorted(v.switches)})
-        return module.kernel_args(inputs)
-
-    out = modelled.model_isa(prep["isa"], prep["grid"], prep["block"], make_args, flops=prep["flops"], sample=sample,
-                             key_extra=["variant", 0])
+    out = modelled.model_isa(prep["isa"], prep["grid"], prep["block"], prep["make_args"], flops=prep["flops"],
+                             sample=sample, key_extra=["variant", 0])
     out.update(variant=prep["variant"], family=prep["family"], shape=list(shape), isa_key=prep["isa_key"], seed=0)
     return out
 
@@ -206,14 +184,17 @@ def model_row(variant: str, shape: Sequence[int], sample="auto") -> dict:
 def sweep(points: Iterable[tuple[str, Sequence[int]]], sample="auto") -> pd.DataFrame:
     """Model every ``(variant, shape)`` (duplicates once); one row each, in order."""
     todo = list(dict.fromkeys((variant, tuple(int(n) for n in shape)) for variant, shape in points))
-    # one family + shape after another, so a MoE shape's inputs are built once (see _model)
+    # one family + shape after another, so a MoE shape's inputs are built once (modelled.lazy_inputs)
     order = sorted(range(len(todo)), key=lambda i: (todo[i][0].split("-")[0], todo[i][1]))
     rows = {}
     try:
         for i in order:
             rows[i] = model_row(*todo[i], sample)
     finally:
-        _INPUTS.clear()
+        from .. import modelled
+
+        modelled._LAZY_INPUTS.clear()
+        gc.collect()
     return pd.DataFrame([rows[i] for i in range(len(todo))], columns=SWEEP_COLUMNS)
 
 
@@ -601,7 +582,7 @@ def summary_plan(study) -> list[tuple[str, tuple]]:
     """Which (variant, shape) points the summary models. GEMM: every rung at PR #990's four shapes and
     the leave-one-out variants at 8192^3. MoE: every rung at M=16 and M=4096 (the ISA shapes), the
     leave-one-out variants at M=4096, and the first and last rungs at the Kimi token counts up to
-    :data:`MOE_MAX_TOKENS` (16, 128, 1024, 4096)."""
+    :data:`MOE_MAX_TOKENS` (16, 128, 1024, 4096, 16384)."""
     from .. import shapes as shapes_mod
 
     points = []

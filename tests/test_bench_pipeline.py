@@ -1,0 +1,44 @@
+"""mxfp4_ablation.bench_pipeline: the pipeline profile's cell reader, exclusive phases and output files
+(the profile itself is a benchmark: its numbers are measured by running it, not asserted here)."""
+import time
+
+from mxfp4_ablation import bench_pipeline as B
+
+
+def test_cells_keep_code_and_mark_the_parameters_cell(tmp_path):
+    nb = tmp_path / "nb.py"
+    nb.write_text('# ---\n# jupyter: x\n# ---\n\n# %% [markdown]\n# # Title\n\n# %% tags=["parameters"]\nout_dir = None\n'
+                  '\n# %%\nx = 1\n\n# %% [markdown]\n# text\n\n# %%\ny = x + 1\n')
+    cells = B._cells(nb)
+    assert [p for p, _ in cells] == [True, False, False]
+    ns = {}
+    for _, code in cells:
+        exec(code, ns)
+    assert ns["y"] == 2
+
+
+def test_phases_are_exclusive():
+    ph = B._Phases()
+    inner = ph.wrap("compile", lambda: time.sleep(0.05))
+
+    def outer():
+        time.sleep(0.05)
+        inner()
+    ph.wrap("model", outer)()
+    assert 0.04 < ph.t["compile"] < 0.2 and 0.04 < ph.t["model"] < 0.2
+
+
+def test_write_labels_every_number_measured(tmp_path):
+    row = {"label": "x", "what": "notebooks/a.py", "cache": "cold", "wall_s": 1.0, "user_s": 0.5, "sys_s": 0.1,
+           "max_rss_mb": 100.0, "rc": 0, **{f"{p}_s": 0.1 for p in B.PHASES}}
+    meta = {"date": "d", "machine": B.machine_line(), "commit": "c", "command": "cmd", "load_before": "1",
+            "load_after": "2"}
+    B.write([row], tmp_path, "x", meta)
+    text = (tmp_path / "x.md").read_text()
+    assert "(measured)" in text and "notebooks/a.py" in text
+    assert (tmp_path / "x.csv").read_text().splitlines()[0].startswith("label,what,cache,wall_s")
+
+
+def test_bad_notebook_is_one_clear_error(capsys):
+    assert B.main(["notebooks/nope.py"]) == 2
+    assert "no notebook" in capsys.readouterr().err
