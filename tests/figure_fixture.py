@@ -206,6 +206,34 @@ SMALL = ("00_baseline", "01_agpr_acc", "10_gemm1_baseline", "12_gemm1_exp2", "20
          "24_gemm2_epilogue_strength_reduction")
 
 
+
+def _attribution(run: Path) -> None:
+    """Synthetic attribution tables of the summary run (``attribution-<study>/``): a log-additive game per
+    family with one interaction, exact for the MoE families and sampled (2 pairs) for the GEMM, through the
+    study's own plan / attribute / write (no compile, no model)."""
+    import math
+
+    from mxfp4_ablation import family as family_mod
+    from mxfp4_ablation.studies import attribution as A
+
+    for study in ("gemm", "moe"):
+        results = []
+        for p in A.study_plans(study, method="exact" if study == "moe" else "sampled", pairs=2):
+            fam = family_mod.get(p.family)
+            factor = {s: 1.0 + 0.02 * (i + 1) * (-1) ** i for i, s in enumerate(fam.switches)}
+            first = list(fam.switches)[:2]
+
+            def tflops(s, factor=factor, first=first):
+                t = 1000.0 * math.prod(factor[x] for x in s)
+                return t * (1.1 if set(first) <= set(s) else 1.0)
+
+            rows = pd.DataFrame([{"variant": fam.subset_name(s), "family": p.family, "mask": fam.mask(s),
+                                  "shape": "x".join(map(str, p.shape)), "what": "model", "ok": True, "error": "",
+                                  "label": "modelled", "tflops": tflops(s), "model_version": "fixture",
+                                  "clock_ghz": 1.0} for s in p.sets])
+            results.append(A.attribute(p, rows, resamples=50))
+        A.write(results, run / f"attribution-{study}")
+
 def build(exp: Path, every_step: bool = True) -> Path:
     """Write the synthetic data set under ``exp`` (an experiments folder); returns it. ``every_step``:
     a run for every step notebook, else only those of :data:`SMALL`."""
@@ -245,6 +273,7 @@ def build(exp: Path, every_step: bool = True) -> Path:
             _step_modelled(run, base, variant, shapes, loop=family != "moe1")
     # the summary
     run = _run(exp, "summary")
+    _attribution(run)
     for study, prefix in (("gemm", ""), ("moe", "moe_")):
         steps = lad[study]
         shape_of = {None: GEMM_SHAPES[0]} if study == "gemm" else MOE_SHAPES

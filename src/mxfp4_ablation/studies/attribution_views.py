@@ -103,7 +103,7 @@ def draw_interactions(run_dir: Path):
     it = _read(run_dir, "attribution_interactions")
     sw = _read(run_dir, "attribution_switches")
     groups = _groups(sw)
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.4 * len(groups) + 1.2, 3.9), squeeze=False,
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.4 * len(groups) + 1.2, 4.8), squeeze=False,
                              layout="constrained")
     vmax = max(1e-3, float(it["index_log_pct"].abs().max()) if len(it) else 1.0)
     im = None
@@ -121,7 +121,7 @@ def draw_interactions(run_dir: Path):
             for j in range(len(names)):
                 if i != j and m[i, j] == m[i, j] and (len(names) <= 5 or abs(m[i, j]) >= 0.05 * vmax):
                     ax.text(j, i, f"{m[i, j]:+.1f}", ha="center", va="center", fontsize=4.5)
-        ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=5)
+        ax.set_xticks(range(len(names)), names, rotation=90, fontsize=5)
         ax.set_yticks(range(len(names)), names, fontsize=5)
         ax.set_title(f"{fam} {shape}", fontsize=6, loc="left")
     if im is not None:
