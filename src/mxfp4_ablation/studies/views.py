@@ -216,17 +216,18 @@ def draw_step_modelled_delta(ax, d: pd.DataFrame, variant: str, baseline: str | 
     interval as an error bar; a first rung (no predecessor) shows its modelled TFLOPS instead."""
     xs = list(range(len(d)))
     if baseline:
-        vals = [float(v) for v in d["delta_pct"]]
-        lo = [v - float(l) if l == l else 0.0 for v, l in zip(vals, d["low"])]
-        hi = [float(h) - v if h == h else 0.0 for v, h in zip(vals, d["high"])]
+        missing = [not (float(v) == float(v)) for v in d["delta_pct"]]  # a side not modelled: n/a, no bar
+        vals = [0.0 if m else float(v) for v, m in zip(d["delta_pct"], missing)]
+        lo = [v - float(l) if l == l and not m else 0.0 for v, l, m in zip(vals, d["low"], missing)]
+        hi = [float(h) - v if h == h and not m else 0.0 for v, h, m in zip(vals, d["high"], missing)]
         has_iv = any(l == l for l in d["low"])
         ax.bar(xs, vals, 0.55, color=[GREEN if v >= 0 else RED for v in vals],
                yerr=[lo, hi] if has_iv else None, capsize=4, ecolor="#333333", error_kw={"linewidth": 0.9})
         ax.axhline(0, color="black", linewidth=0.8)
         tops, bottoms = [v + b for v, b in zip(vals, hi)], [v - a for v, a in zip(vals, lo)]
         span = max(max(tops + [0.0]) - min(bottoms + [0.0]), 1.0)
-        for x, v, t, b in zip(xs, vals, tops, bottoms):
-            txt = f"{v:+.2f} %" + (f"\n[{b:+.1f}, {t:+.1f}]" if has_iv else "")
+        for x, v, t, b, m in zip(xs, vals, tops, bottoms, missing):
+            txt = "n/a (not modelled)" if m else f"{v:+.2f} %" + (f"\n[{b:+.1f}, {t:+.1f}]" if has_iv else "")
             # above the upper whisker for a gain, below the lower one for a loss
             ax.text(x, t + 0.04 * span if v >= 0 else b - 0.04 * span, txt, ha="center",
                     va="bottom" if v >= 0 else "top", fontsize=7)
