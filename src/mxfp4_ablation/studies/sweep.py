@@ -334,9 +334,9 @@ def run(todo: Sequence[Task], scheduler: str | None = "local", workers: int | No
     finally:
         if bar is not None:
             bar.close()
-        held = sys.modules.get("mxfp4_ablation.studies.ablation")
-        if held is not None:  # inline: the last MoE shape's inputs (GBs at the Kimi shape) go now
-            held._INPUTS.clear()
+        held = sys.modules.get("mxfp4_ablation.modelled")
+        if held is not None:  # inline: the last shape's (lazily mapped) timing inputs go now
+            held._LAZY_INPUTS.clear()
     df = pd.DataFrame([rows[i] for i in range(len(todo))])
     front = [c for c in COLUMNS if c in df.columns]
     return df[front + [c for c in df.columns if c not in front]]
