@@ -77,8 +77,16 @@ def model_detail(df: pd.DataFrame) -> str:
     if not len(df):
         return "no modelled rows"
     vs = ", ".join(sorted({str(v) for v in df["model_version"].dropna()}))
-    cs = ", ".join(sorted({f"{float(c):g} GHz" for c in df["clock_ghz"].dropna()}))
-    return f"model {vs}, {cs}"
+    return f"model {vs}, {clock_text(df['clock_ghz'])}"
+
+
+def clock_text(clocks) -> str:
+    """``1.395 GHz`` for one clock; ``power-limited clock 1.52-2.4 GHz (per kernel)`` for several (the
+    ``[power]`` model gives each kernel its own sustained clock)."""
+    cs = sorted({round(float(c), 4) for c in clocks if c == c and c is not None})
+    if len(cs) <= 1:
+        return f"{cs[0]:g} GHz" if cs else "no clock"
+    return f"power-limited clock {cs[0]:.3g}-{cs[-1]:.3g} GHz (per kernel)"
 
 
 # ============================================================================ modelling

@@ -396,7 +396,9 @@ def attribute(p: Plan, rows, what: str = "model", resamples: int = 2000, seed: i
     if what == "model":
         sub = rows[(rows["family"] == p.family) & (rows["shape"] == "x".join(map(str, p.shape))) & (rows["what"] == "model")]
         detail["model_version"] = ", ".join(sorted({str(x) for x in sub["model_version"].dropna()}))
-        detail["clock_ghz"] = ", ".join(sorted({f"{float(x):g}" for x in sub["clock_ghz"].dropna()}))
+        cs = sorted({round(float(x), 4) for x in sub["clock_ghz"].dropna()})
+        detail["clock_ghz"] = f"{cs[0]:g}" if len(cs) == 1 else (f"{cs[0]:.3g}-{cs[-1]:.3g} (power-limited, per kernel)"
+                                                                   if cs else "")
     return Attribution(p.family, p.shape, p.method, what, switches, _r(100 * total),
                        {k: (_r(100 * x), n) for k, (x, n) in inter.items()}, order, v, detail)
 

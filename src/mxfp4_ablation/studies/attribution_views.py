@@ -17,6 +17,8 @@ draw). Importing this module imports neither FlyDSL nor the kernel registry.
 
 from __future__ import annotations
 
+import re
+
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +35,12 @@ def _read(run_dir: Path, name: str):
 def _detail(df) -> str:
     lab = ", ".join(sorted(set(df["label"])))
     vs = ", ".join(sorted({str(v) for v in df["model_version"].dropna()})) if "model_version" in df else ""
-    cs = ", ".join(sorted({str(v) for v in df["clock_ghz"].dropna()})) if "clock_ghz" in df else ""
+    from .ablation import clock_text
+
+    clocks = [float(c) for v in (df["clock_ghz"].dropna() if "clock_ghz" in df else [])
+              for c in re.findall(r"\d+(?:\.\d+)?", str(v).split("(")[0])]
     meth = ", ".join(sorted(set(df["method"])))
-    return f"{meth} Shapley" + (f"; model {vs}, {cs} GHz" if lab == "modelled" and vs else "")
+    return f"{meth} Shapley" + (f"; model {vs}, {clock_text(clocks)}" if lab == "modelled" and vs else "")
 
 
 def _groups(df):
