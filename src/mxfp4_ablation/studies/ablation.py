@@ -652,7 +652,6 @@ def summary_section(study, out_dir, points: Sequence | None = None, render: bool
         wfs = [waterfall(sw, ladder, s, switches) for s in dict.fromkeys(sw["shape"])
                if set(ladder) <= set(sw.loc[sw["shape"] == s, "variant"])]
         wf = pd.concat(wfs, ignore_index=True)
-        wf["model_version"], wf["clock_ghz"] = sw["model_version"].iloc[0], sw["clock_ghz"].iloc[0]
         tables["modelled_waterfall"] = wf
         pub = study.spec.published.read().copy()
         pub["shape"] = [shape_text((r.M, r.N, r.K)) for r in pub.itertuples()]
