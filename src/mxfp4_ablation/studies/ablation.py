@@ -386,7 +386,9 @@ def waterfall(sweep_df: pd.DataFrame, ladder: Sequence[str], shape: str,
         t = float(sub.loc[v, "tflops"])
         rows.append({"label": LABEL, "step": i, "variant": v, "switch": (switches or {}).get(v, "base" if i == 0 else v),
                      "shape": shape, "start": prev, "delta": t - prev, "end": t,
-                     "delta_pct": 100.0 * (t / prev - 1.0) if i else float("nan")})
+                     "delta_pct": 100.0 * (t / prev - 1.0) if i else float("nan"),
+                     "model_version": sub.loc[v, "model_version"] if "model_version" in sub else None,
+                     "clock_ghz": sub.loc[v, "clock_ghz"] if "clock_ghz" in sub else float("nan")})
         prev = t
     return pd.DataFrame(rows)
 
