@@ -589,10 +589,23 @@ def _launch_timing(L, wgs, hazards, flops, sample, overrides, trace, t0):
             waves.append(w)
         done.append((wg, waves))
         return waves
+
+    def probe_waves(wg):          # address probes of the timing model: not part of the result
+        lds = np.zeros((L.lds_size + 3) // 4 * 4, dtype=np.uint8)
+        log = EventLog("off", lds.size, wg)
+        waves = []
+        for i in range(nwaves):
+            w = Wave(i, lds, lds.view(np.uint32), L.mem, len(prog.decoded))
+            w.log = log
+            if priv:
+                w.scratch = np.zeros((64, (priv + 3) // 4 * 4), dtype=np.uint8)
+            _init_wave(L, w, wg, i)
+            waves.append(w)
+        return waves
     touched = T.track_touched(L.mem)
     try:
         timing = T.simulate(L, wgs, make_waves, sample=sample, flops=flops, overrides=overrides, trace=trace,
-                            touched=touched)
+                            touched=touched, probe_waves=probe_waves)
     finally:
         touched.detach()
     L.write_back()

@@ -82,6 +82,8 @@ class track_touched:
         self.mem = mem
         self.lines = set()
         self.regions = set()
+        self.capture = None     # a list while the CU model / a probe reads one instruction's accesses
+        self.mute = False       # probes: no footprint bookkeeping
         self._starts, self._offsets = mem.starts, mem.offsets
         mem.starts = self._wrap(self._starts)
         mem.offsets = self._wrap(self._offsets)
@@ -89,6 +91,10 @@ class track_touched:
     def _wrap(self, fn):
         def f(addrs, nbytes, line):
             out = fn(addrs, nbytes, line)
+            if self.capture is not None:
+                self.capture.append((out, nbytes))
+            if self.mute:
+                return out
             if out.size:
                 off = (out[:, 0] if out.ndim == 2 else out).astype(np.int64)
                 self.lines.update(np.unique(off // self.LINE).tolist())
@@ -96,6 +102,25 @@ class track_touched:
                 self.regions.update(np.unique(np.searchsorted(st, off, side="right") - 1).tolist())
             return out
         return f
+
+    def regions_of(self, capture) -> set:
+        st = self.mem._starts
+        out = set()
+        for off, _ in capture or ():
+            off = np.asarray(off, dtype=np.int64)
+            off = off[:, 0] if off.ndim == 2 else off
+            if off.size:
+                out.update(np.unique(np.searchsorted(st, off, side="right") - 1).tolist())
+        return out
+
+    def region_bytes(self, regions) -> int:
+        tot = 0
+        for k in regions:
+            if 0 <= k < len(self.mem.regions):
+                name, _, n = self.mem.regions[k]
+                if name.startswith("arg"):
+                    tot += int(n)
+        return tot
 
     def detach(self):
         self.mem.starts, self.mem.offsets = self._starts, self._offsets
@@ -111,8 +136,45 @@ class track_touched:
         return tot
 
 
+def _memory(L, p, prog, static, wgs, chosen, make_waves, occ, clk, touched, probe_waves):
+    """The CU's memory hierarchy: active CUs (bandwidth shares), the L2 sharing degree per VMEM
+    instruction from address probes of the co-resident workgroups, the grid's HBM fraction."""
+    from . import probe as _probe
+    from .memory import Hierarchy
+    ncu = int(p.device_xcds) * int(p.device_cus_per_xcd)
+    n = len(wgs)
+    active = max(1, min(ncu, n))
+    active_xcd = max(1, min(int(p.device_cus_per_xcd), -(-n // int(p.device_xcds))))
+    info = {"active_cus": active, "active_cus_per_xcd": active_xcd, "probed_workgroups": 0}
+    sharing, frac = None, 1.0
+    if p.mechanisms_memory_hierarchy and touched is not None and probe_waves is not None and chosen and n > 1:
+        index = {tuple(wg): k for k, wg in enumerate(wgs)}
+        s0 = tuple(chosen[0])
+        me = _probe.probe(prog, static, s0, probe_waves, touched, full=True)
+        if True:
+            others_idx = _probe.co_resident(wgs, index[s0], p, occ) if p.mechanisms_l2_sharing else []
+            cap = int(p.memory_probe_max_workgroups)
+            pick = others_idx if len(others_idx) <= cap else \
+                [others_idx[int(k * len(others_idx) / cap)] for k in range(cap)]
+            first = {i: ls for i, ls in me["lines"].items()}
+            others = [_probe.probe(prog, static, tuple(wgs[j]), probe_waves, touched) for j in pick]
+            sharing = _probe.sharing(first, others, len(others_idx)) if others_idx else {}
+            info["probed_workgroups"] = len(others) + 1
+            # grid bytes fetched beyond L2 (each line once per XCD's sharers) vs the compulsory bytes
+            beyond = n * sum(me["bytes"][i] / (sharing or {}).get(i, 1) for i in me["bytes"]
+                             if not static[i].store)
+            compulsory = touched.region_bytes(me["regions"])
+            if compulsory > float(p.device_mall_bytes) or beyond <= 0:
+                frac = 1.0
+            else:
+                frac = min(1.0, compulsory / beyond)
+            info.update(beyond_l2_bytes_grid=int(beyond), compulsory_bytes=int(compulsory))
+    mem = Hierarchy(p, clk, active_cus=active, active_cus_xcd=active_xcd, sharing=sharing, hbm_fraction=frac)
+    return mem, info
+
+
 def simulate(L, wgs, make_waves, *, sample=None, flops=None, params=None, overrides=None, trace=False,
-             occupancy=None, touched=None) -> dict:
+             occupancy=None, touched=None, probe_waves=None) -> dict:
     """Run the timing model for launch state ``L`` (machine._Launch) over workgroup list ``wgs``;
     returns the JSON-ready ``res.timing`` dict."""
     p = params or Params(overrides=overrides)
@@ -132,15 +194,22 @@ def simulate(L, wgs, make_waves, *, sample=None, flops=None, params=None, overri
                 raise ValueError(f"sampled workgroup {wg} is not in the grid")
     share = len(first_cu_workgroups(wgs, p, occ))
     static = analyse(prog, p)
-    cu = CU(prog, p, static, make_waves, occ, trace=trace)
+    clk = _grid.core_clock_ghz(p)
+    mem, mem_info = _memory(L, p, prog, static, wgs, chosen, make_waves, occ, clk, touched, probe_waves)
+    cu = CU(prog, p, static, make_waves, occ, trace=trace, mem=mem, touched=touched, clock_ghz=clk,
+            round0=occ)
     with np.errstate(all="ignore"):
         cu.run(chosen)
     out = summarise(prog, p, cu, nwaves)
+    out["memory"] = {**mem_info, **mem.stats(), "icache_misses": cu.ic_misses,
+                     "icache_stall_cycles": int(cu.ic_stall),
+                     "code_bytes": int(static[-1].code_off + static[-1].code_bytes) if static else 0}
+    out["activity"] = {k: int(v) for k, v in cu.activity.items()}
     out["sampled_workgroups"] = [list(map(int, wg)) for wg in chosen]
     sim_cycles = max(r["end"] for r in cu.wg_records)
     kern = _grid.kernel(p, prog, L, n_wg=len(wgs), share=share, sampled=len(chosen), sim_cycles=sim_cycles,
                         occupancy=occ, vmem_bytes=cu.vmem_bytes, mfma_flops=cu.mfma_flops,
-                        flops=flops, touched=touched)
+                        flops=flops, touched=touched, nwaves=nwaves, activity=out["activity"])
     out["kernel"] = kern
     out["occupancy_workgroups_per_cu"] = occ
     out["grid_workgroups"] = len(wgs)

@@ -17,9 +17,18 @@ state as :func:`gfx950emu.launch`: real addresses, trip counts, EXEC) but in cyc
 * ``s_waitcnt`` stalls until the counters allow, ``s_barrier`` joins the workgroup's waves,
   ``s_nop N`` costs N+1 wait states, ``s_sleep``, taken branches a refill penalty.
 
-Left out: instruction fetch / I-cache (the GEMM hot loops fit in the I-cache), power and clock
-throttling (folded into the one fitted clock), L1/L2 cache state (one VMEM latency), TLB,
-export/GDS, VALU register-bank conflicts, dual-issue of packed FP32.
+* memory (model 0.2): every VMEM / SMEM access goes through :class:`~gfx950emu.timing.memory.Hierarchy`
+  with the 128-byte lines its lanes touched (L1 / L2 / MALL / HBM in ns, bandwidth shares with
+  queueing, L2 sharing with the co-resident workgroups from :mod:`~gfx950emu.timing.probe`); scratch
+  spills and reloads take the same path; ``buffer_load ... lds`` also occupies the LDS pipe;
+* instruction fetch: a per-CU I-cache (64 KiB shared by two CUs running the same code, 64-byte
+  lines, LRU) over the instructions' byte offsets (sizes from the encoding class); a miss stalls the
+  wave for an L2 round trip (``ifetch``, counted as ``other`` in ``exposed``);
+* a VALU result read by a dependent VALU after ``valu.dependent_latency_cycles``.
+
+Every mechanism has a switch (``[mechanisms]`` in gfx950.toml, 0 = the 0.1 behaviour).  Left out:
+power and clock throttling (folded into the one fitted clock), TLB, export/GDS, VALU register-bank
+conflicts, dual-issue of packed FP32, the L2 atomic unit's throughput.
 """
 from __future__ import annotations
 
@@ -40,6 +49,9 @@ _VMEM_BYTES = (("dwordx4", 16), ("dwordx3", 12), ("dwordx2", 8), ("dword", 4), (
                ("b32", 4), ("b16", 2), ("u16", 2), ("i16", 2), ("b8", 1), ("u8", 1), ("i8", 1))
 _EXPOSED_AS = {"mfma_pipe": "dependency", "vmem_pipe": "other"}
 REASONS = ("vmcnt", "lgkmcnt", "barrier", "dependency", "issue", "lds_bank", "other")
+_EXPOSED_AS["ifetch"] = "other"
+_LIT_FLOATS = {0x3F000000, 0xBF000000, 0x3F800000, 0xBF800000, 0x40000000, 0xC0000000, 0x40800000, 0xC0800000,
+               0x3E22F983}
 _FLOP_CLASS = {"fp4": "fp4", "fp6": "fp4", "bf6": "fp4", "fp8": "fp8", "bf8": "fp8", "f16": "f16",
                "bf16": "f16", "xf32": "xf32", "f32": "f32", "f64": "f64", "i8": "fp8"}
 
@@ -56,15 +68,21 @@ class Static:
 
     __slots__ = ("kind", "itype", "passes", "flops", "ab", "c", "dst", "vreads", "wait", "nop_cycles",
                  "nbytes", "lds_dma", "store", "ds_addr", "ds_offs", "ds_write", "is_cond_branch", "line",
-                 "opcode", "prio")
+                 "opcode", "prio", "code_off", "code_bytes", "scratch", "vwrites")
 
 
 def analyse(prog, p) -> list:
     """One :class:`Static` per decoded instruction."""
     out = []
+    off = 0
     for idx, d in enumerate(prog.decoded):
         ins = prog.instructions[idx]
         st = Static()
+        st.code_off = off
+        st.code_bytes = code_bytes(ins)
+        off += st.code_bytes
+        st.scratch = None
+        st.vwrites = d.vwrites if d.cls == "valu" else frozenset()
         st.kind, st.line, st.opcode = d.cls, d.line, d.opcode
         st.itype = _ITYPE.get(d.cls, "B")
         st.passes = 0
@@ -98,12 +116,63 @@ def analyse(prog, p) -> list:
             st.nbytes = _bytes_of(name.split("_e")[0])
             st.lds_dma = bool(d.pend and d.pend[3])
             st.store = "store" in name or ("atomic" in name and not d.vwrites)
+            if name.startswith("scratch_"):
+                st.scratch = _scratch_offsets(ins)
         elif d.cls == "lds":
             _ds_static(st, ins, prog, name)
         elif d.cls == "valu" and name.startswith(_TRANS):
             st.nop_cycles = (p.issue_valu_trans_slots - 1) * p.issue_cycles_per_issue_slot
         out.append(st)
     return out
+
+
+def code_bytes(ins) -> int:
+    """Bytes of the instruction's encoding (gfx9 formats): SOP* 4, SMEM 8, VOP1/VOP2/VOPC (``_e32``)
+    4, VOP3 / VOP3P / DS / MUBUF / FLAT 8, an MFMA 8 and a scaled MFMA 16 (its scale-load prefix), +4
+    for a literal constant of a 4-byte encoding.  An estimate from the text: the ISA is not assembled."""
+    name = ins.opcode
+    if name.startswith("s_"):
+        if name.startswith(("s_load", "s_buffer_", "s_store", "s_dcache", "s_memtime", "s_memrealtime", "s_atomic")):
+            return 8
+        n = 4
+    elif name.startswith("v_mfma_scale"):
+        return 16
+    elif name.startswith(("v_mfma", "v_smfmac")):
+        return 8
+    elif name.startswith("v_"):
+        if "_sdwa" in name or "_dpp" in name or not name.endswith("_e32"):
+            return 8
+        n = 4
+    else:
+        return 8
+    for o in ins.operands:
+        if o.kind == "imm" and isinstance(o.value, int) and not -16 <= o.value <= 64 and \
+                (o.value & 0xFFFFFFFF) not in _LIT_FLOATS:
+            return n + 4
+    return n
+
+
+def _scratch_offsets(ins):
+    """Per-lane private-segment byte offsets of a scratch op (as memops.build_scratch computes them)."""
+    o = ins.operands
+    rest = ins.opcode[len("scratch_"):]
+    if rest.startswith("load_"):
+        ao, so = (o[1], o[2]) if len(o) > 2 else (o[1], None)
+    else:
+        ao, so = (o[0], o[2]) if len(o) > 2 else (o[0], None)
+    inst_off = int(ins.mods.get("offset", 0))
+    ai = ao.index if ao.kind == "v" else None
+    si = so.index if so is not None and so.kind == "s" else None
+
+    def f(w):
+        lanes = w.active
+        a = np.full(lanes.size, inst_off, dtype=np.int64)
+        if ai is not None:
+            a = a + w.v[ai][lanes].astype(np.int64)
+        if si is not None:
+            a = a + int(w.s[si])
+        return a
+    return f
 
 
 def _mfma_static(st, ins, prog, p):
@@ -187,7 +256,7 @@ def lds_cycles(addr_lanes: np.ndarray, nbytes: int, banks: int, bytes_per_clock:
 class TWave:
     __slots__ = ("w", "wg", "simd", "age", "prio", "ready", "vm", "lgkm", "lgkm_smem", "mready", "mready_c",
                  "segs", "start", "end", "blocked", "issue_log", "stall_log", "last_mfma_end", "arrive",
-                 "hot_marks", "wgi", "slot")
+                 "hot_marks", "wgi", "slot", "vready", "uid")
 
     def __init__(self, w, wg, wgi, simd, age, start):
         self.w, self.wg, self.wgi, self.simd, self.age = w, wg, wgi, simd, age
@@ -203,12 +272,15 @@ class TWave:
         self.blocked = False
         self.arrive = None
         self.slot = None
+        self.vready = {}        # VGPR -> cycle a dependent VALU may read the VALU result
+        self.uid = 0
 
 
 class CU:
     """One compute unit running a list of workgroups (``occupancy`` of them resident at once)."""
 
-    def __init__(self, prog, params, static, make_waves, occupancy, hot=None, trace=False):
+    def __init__(self, prog, params, static, make_waves, occupancy, hot=None, trace=False, mem=None, touched=None,
+                 clock_ghz=None, round0=1):
         self.prog, self.p, self.st = prog, params, static
         self.make_waves = make_waves        # wg -> list of emulator Waves (initialised)
         self.occ = max(1, int(occupancy))
@@ -234,6 +306,25 @@ class CU:
         self.mfma_queue = int(params.mfma_queue_depth)
         self.cpp = int(params.mfma_cycles_per_pass)
         self.mfma_start = 0
+        from .memory import Hierarchy, ns_to_cycles
+        clk = float(clock_ghz or params.clock_sustained_ghz)
+        self.mem = mem or Hierarchy(params, clk, active_cus=1, active_cus_xcd=1)
+        self.touched = touched
+        self.round0 = max(1, int(round0))   # workgroups of this CU in the kernel's first round
+        self.smem_seen = set()
+        self.icache_on = bool(params.mechanisms_icache)
+        self.ic = {}
+        self.ic_cap = max(1, int(params.icache_bytes) * int(params.icache_cus_sharing_code)
+                          // int(params.icache_cus_per_cache) // int(params.icache_line_bytes))
+        self.ic_line = int(params.icache_line_bytes)
+        self.ic_prefetch = int(params.icache_prefetch_lines)
+        self.ic_miss_cycles = ns_to_cycles(params.memory_l2_hit_ns, clk) if self.mem.on else float(params.vmem_latency_cycles)
+        self.ic_misses = 0
+        self.ic_stall = 0
+        self.valu_dep = int(params.valu_dependent_latency_cycles) if params.mechanisms_valu_dependency else 0
+        self.lds_dma_pipe = bool(params.mechanisms_lds_dma_pipe)
+        self.activity = {"valu": 0, "salu": 0, "mfma": 0, "mfma_passes": 0, "vmem": 0, "vmem_bytes": 0, "lds": 0,
+                         "lds_bytes": 0, "smem": 0, "branch": 0, "other": 0}
 
     # ------------------------------------------------------------------ run ----
     def run(self, wgs):
@@ -282,6 +373,7 @@ class CU:
             self.simd_load[simd] += 1
             self.age += 1
             tw = TWave(w, wg, wgi, simd, self.age, t + k)
+            tw.uid = self.age
             tws.append(tw)
             rec["waves"].append(tw)
             self._push(tw, t + k)
@@ -307,6 +399,13 @@ class CU:
             self._stall(tw, t, t + slot, "issue")
             return
         kind = st.kind
+        if self.icache_on:
+            rdy = self._fetch(i, st, t)
+            if rdy > t:
+                rdy += (tw.simd - rdy) % slot
+                self.ic_stall += rdy - t
+                self._stall(tw, t, rdy, "ifetch")
+                return
         # dependencies / resources: earliest cycle this instruction may issue
         need, reason = t, None
         if kind == "waitcnt":
@@ -331,6 +430,11 @@ class CU:
                     e = max((mr.get(r, 0) for r in st.vreads), default=0)
                 if e > need:
                     need, reason = e, "dependency"
+            if kind == "valu" and tw.vready:
+                vr = tw.vready
+                e = max((vr.get(r, 0) for r in st.vreads), default=0)
+                if e > need:
+                    need, reason = e, "dependency"
             if kind == "mfma":
                 pf = self.pipe_free[tw.simd] - self.mfma_queue * st.passes * self.cpp
                 if pf > need:
@@ -353,14 +457,26 @@ class CU:
         if st.prio is not None:
             tw.prio = st.prio
         fin = t + (self.internal if kind in ("waitcnt", "barrier") or st.prio is not None else slot)
+        act = self.activity
+        act[kind if kind in act else "other"] += 1
+        lanes = 0
         if kind == "mfma":
             self._issue_mfma(tw, st, t)
-        elif kind == "vmem":
-            self._issue_vmem(tw, st, i, t)
+            act["mfma_passes"] += st.passes
+        elif kind in ("vmem", "smem"):
+            lanes = int(w.active.size)
+            if self.touched is not None:
+                self.touched.capture = []
         elif kind == "lds":
             self._issue_lds(tw, st, t)
-        elif kind == "smem":
-            tw.lgkm.append(t + p.vmem_smem_latency_cycles)
+        elif kind == "valu":
+            if self.valu_dep and st.vwrites:
+                rd = t + self.valu_dep
+                vr = tw.vready
+                for r in st.vwrites:
+                    vr[r] = rd
+                if len(vr) > 4096:
+                    tw.vready = {k: v for k, v in vr.items() if v > t}
         elif kind == "waitcnt":
             vm, lgkm = st.wait
             _retire(tw.vm, vm, t)
@@ -373,6 +489,10 @@ class CU:
         w.pc = i + 1
         w.counts[i] += 1
         r = self.fns[i](w)
+        if kind == "vmem":
+            self._issue_vmem(tw, st, i, t, lanes, self._lines(tw, st, w))
+        elif kind == "smem":
+            self._issue_smem(tw, st, i, t)
         w.executed += 1
         if w.executed > self.budget:
             raise ExecError(f"wave {w.id} executed more than {self.budget} instructions (endless loop?)")
@@ -458,24 +578,93 @@ class CU:
         self.simd_first[s] = tw.start
         return tw.start
 
-    def _issue_vmem(self, tw, st, i, t):
+    def _lines(self, tw, st, w):
+        """128-byte lines the VMEM instruction just executed touched (global: the captured heap
+        offsets; scratch: the wave's private offsets in the hardware swizzle)."""
+        from .memory import LINE, scratch_lines
+        if st.scratch is not None:
+            return scratch_lines(tw.uid, st.scratch(w), st.nbytes, w.active)
+        tc = self.touched
+        if tc is None or tc.capture is None:
+            return []
+        cap, tc.capture = tc.capture, None
+        out = set()
+        for off, nb in cap:
+            if off.ndim == 2:
+                out.update((off[:, 0] >> 7).tolist())
+                out.update((off[:, -1] >> 7).tolist())
+            elif off.size:
+                out.update((off >> 7).tolist())
+                if nb > 1:
+                    out.update(((off + (nb - 1)) >> 7).tolist())
+        return out
+
+    def _issue_vmem(self, tw, st, i, t, lanes, lines):
         p = self.p
-        w = tw.w
-        lanes = int(w.active.size)
         nbytes = lanes * st.nbytes
         self.vmem_bytes += nbytes
+        self.activity["vmem_bytes"] += nbytes
         data = -(-nbytes // int(p.vmem_l1_bytes_per_clock))
         start = max(t, self.vmem_free)
         self.vmem_free = start + max(int(p.vmem_issue_cycles), data)
         _enqueue(self.vmem_q, start, t)
-        done = start + data + int(p.vmem_latency_cycles)
+        done = start + data + int(round(self.mem.access(start, lines, store=st.store, index=i)))
         if st.lds_dma:
-            done += -(-nbytes // int(p.lds_dma_write_bytes_per_clock))
+            dma = -(-nbytes // int(p.lds_dma_write_bytes_per_clock))
+            done += dma
+            if self.lds_dma_pipe:       # the DMA's LDS writes take the LDS pipe from ds_read / ds_write
+                self.lds_free = max(self.lds_free, t) + dma
         if tw.vm and tw.vm[-1] > done:
             done = tw.vm[-1]
         if len(tw.vm) > 64:
             _retire(tw.vm, 0, t)
         tw.vm.append(done)
+
+    def _issue_smem(self, tw, st, i, t):
+        """Scalar loads: a line this CU has not loaded before is cold in the kernel's first round
+        (HBM), an L2 hit later; a line loaded before hits the scalar cache."""
+        tc = self.touched
+        cap = tc.capture if tc is not None else None
+        if tc is not None:
+            tc.capture = None
+        from .memory import LINE
+        lines = set()
+        for off, nb in cap or ():
+            off = np.asarray(off)
+            lines.update((off.reshape(-1) >> 7).tolist())
+        new = [ln for ln in lines if ln not in self.smem_seen]
+        self.smem_seen.update(new)
+        if not lines and cap is None:
+            new = [i] if i not in self.smem_seen else []
+            self.smem_seen.add(i)
+        if new:
+            lat = self.mem.smem(t, cold=tw.wgi < self.round0)
+            if tw.wgi >= self.round0:
+                from .memory import ns_to_cycles
+                lat = ns_to_cycles(self.p.memory_l2_hit_ns, self.mem.clk) if self.p.mechanisms_smem_ns \
+                    else float(self.p.vmem_smem_latency_cycles)
+        else:
+            lat = self.mem.smem(t, cold=False)
+        tw.lgkm.append(t + int(round(lat)))
+
+    def _fetch(self, i, st, t):
+        """Cycle the instruction's I-cache line is present (t when it hits)."""
+        ic = self.ic
+        ln = st.code_off // self.ic_line
+        rdy = ic.get(ln)
+        if rdy is not None:
+            if len(ic) > self.ic_cap // 2:       # keep LRU order only when eviction can matter
+                del ic[ln]
+                ic[ln] = rdy
+            return rdy
+        self.ic_misses += 1
+        rdy = t + int(round(self.ic_miss_cycles))
+        for k in range(self.ic_prefetch + 1):
+            if ln + k not in ic:
+                ic[ln + k] = rdy
+        while len(ic) > self.ic_cap:
+            del ic[next(iter(ic))]
+        return rdy
 
     def _issue_lds(self, tw, st, t):
         p = self.p
@@ -494,6 +683,7 @@ class CU:
             cyc = 1
         start = max(t, self.lds_free)
         self.lds_free = start + cyc
+        self.activity["lds_bytes"] += int(lanes.size) * st.nbytes * len(st.ds_offs)
         _enqueue(self.lds_q, start, t)
         done = start + cyc + int(p.lds_latency_cycles)
         if len(tw.lgkm) > 64:
