@@ -48,7 +48,8 @@ def model_fingerprint() -> str:
     T = _timing()
     values = {k: e["value"] for k, e in T.table().items()}          # values only: a reworded source keeps the cache
     digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]
-    cu = Path(T.__file__).with_name("cu.py").read_bytes() + Path(T.__file__).with_name("grid.py").read_bytes()
+    cu = b"".join(Path(T.__file__).with_name(f).read_bytes() for f in ("cu.py", "grid.py", "memory.py", "probe.py",
+                                                                        "__init__.py"))
     return f"{T.model_version()}+{digest}+{hashlib.sha256(cu).hexdigest()[:8]}"
 
 
@@ -301,7 +302,14 @@ def main(argv=None) -> int:
     v.add_argument("--sample", type=int, default=1)
     v.add_argument("--write", help="write the CSV here")
     v.add_argument("--fit", action="store_true", help="print the clock fitted on FIT_POINT")
+    m = sub.add_parser("mechanisms", help="PR #990 before/after/aiter-asm with each timing-model mechanism off in turn")
+    m.add_argument("--upstream-out", required=True)
+    m.add_argument("--sample", type=int, default=1)
+    m.add_argument("--write", help="write the CSV here")
+    m.add_argument("--shapes", default=None, help="e.g. 8192,8192,8192;16384,16384,16384 (default: PR #990's four)")
     ns = ap.parse_args(argv)
+    if ns.cmd == "mechanisms":
+        return _mechanisms_main(ns)
     try:
         rows = write_validation(ns.upstream_out, ns.write, sample=ns.sample) if ns.write else \
             upstream_validation(ns.upstream_out, sample=ns.sample)
@@ -330,8 +338,53 @@ SENSITIVITY = {
     "mfma.queue_depth": (0, 1, 2),
     "vmem.queue_depth": (4, 8, 32),
     "lds.queue_depth": (4, 8, 32),
-    "vmem.latency_cycles": (300, 500, 800),
+    "memory.hbm_ns": (250, 350, 500),
+    "memory.l2_hit_ns": (80, 118, 200),
+    "icache.prefetch_lines": (0, 1, 3),
 }
+
+#: the timing model's mechanisms (gfx950.toml [mechanisms]); ``mechanism_table`` switches each off in turn
+MECHANISMS = ("memory_hierarchy", "l2_sharing", "bandwidth_queue", "icache", "valu_dependency", "lds_dma_pipe",
+              "dispatch_ramp", "smem_ns")
+
+
+def mechanism_table(out_dir, *, sample=1, shapes=SHAPES, mechanisms=MECHANISMS, use_cache: bool = True,
+                    progress=None) -> list:
+    """PR #990's before / after / aiter-asm at ``shapes`` with all mechanisms on ("all") and with each
+    mechanism switched off in turn: one row per (mechanism off, shape) with the three modelled TFLOPS,
+    the after/before and aiter-asm/after ratios and their errors against the published ones (points).
+    Not a fit: the frozen clock throughout."""
+    pub = published_gemm()
+    co = Path(out_dir) / "aiter" / AITER_CO
+    rows = []
+    for off in ("all",) + tuple(mechanisms):
+        ov = None if off == "all" else {f"mechanisms.{off}": 0}
+        for M, N, K in shapes:
+            tf = {}
+            for stage, c8 in COMMITS.items():
+                tf[stage] = flydsl_upstream(out_dir, c8, M, N, K, sample=sample, overrides=ov,
+                                            use_cache=use_cache)["kernel"]["tflops"]
+            if co.is_file():
+                tf["aiter_asm"] = aiter_asm(co, M, N, K, sample=sample, overrides=ov, use_cache=use_cache)["kernel"]["tflops"]
+            sh = (M, N, K)
+            pb = pub[("after_990", sh)] / pub[("before_990", sh)]
+            ab = tf["after_990"] / tf["before_990"]
+            row = {"label": LABEL, "mechanism_off": off, "M": M, "N": N, "K": K,
+                   "before_tflops": tf["before_990"], "after_tflops": tf["after_990"],
+                   "aiter_asm_tflops": tf.get("aiter_asm"),
+                   "after_over_before": round(ab, 4), "published_after_over_before": round(pb, 4),
+                   "error_pp": round(100 * (ab - pb), 2)}
+            if "aiter_asm" in tf and ("aiter_asm", sh) in pub:
+                pa = pub[("aiter_asm", sh)] / pub[("after_990", sh)]
+                row.update(aiter_asm_over_after=round(tf["aiter_asm"] / tf["after_990"], 4),
+                           published_aiter_asm_over_after=round(pa, 4))
+            from gfx950emu.timing import Params
+            P = Params()
+            row.update(model_version=P.version, clock_ghz=P.clock_sustained_ghz, sample=sample)
+            rows.append(row)
+            if progress:
+                progress(row)
+    return rows
 
 
 def sensitivity(out_dir, shape=(8192, 8192, 8192), *, sample=1, table=SENSITIVITY) -> list:
@@ -401,6 +454,42 @@ def aiter_asm(co_path, M: int, N: int, K: int, **kw) -> dict:
                     flops=2.0 * M * N * K, **kw)
     out.update(source="aiter", file=str(co_path), shape=[M, N, K])
     return out
+
+
+def _mechanisms_main(ns) -> int:
+    import csv
+    import sys
+
+    try:
+        shapes = SHAPES if not ns.shapes else tuple(tuple(int(x) for x in s.split(",")) for s in ns.shapes.split(";"))
+        if any(len(s) != 3 for s in shapes):
+            raise ValueError
+    except ValueError:
+        print(f"python -m mxfp4_ablation.modelled: --shapes must be M,N,K[;M,N,K...], got {ns.shapes!r}", file=sys.stderr)
+        return 2
+    out = []
+
+    def show(r):
+        print(f"off={r['mechanism_off']:<17} {r['M']},{r['N']},{r['K']}: before {r['before_tflops']:.1f} after "
+              f"{r['after_tflops']:.1f} asm {r['aiter_asm_tflops']} after/before {r['after_over_before']:.4f} "
+              f"(published {r['published_after_over_before']:.4f}, {r['error_pp']:+.2f} pp)", flush=True)
+        out.append(r)
+    try:
+        mechanism_table(ns.upstream_out, sample=ns.sample, shapes=shapes, progress=show)
+    except (ValueError, UsageError) as err:
+        print(f"python -m mxfp4_ablation.modelled: {err}", file=sys.stderr)
+        return 2
+    if ns.write:
+        tmp = f"{ns.write}.tmp"
+        cmd = (f"PYTHONPATH=src python -m mxfp4_ablation.modelled mechanisms --upstream-out UPSTREAM_OUT "
+               f"--sample {ns.sample}")
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(out[0]) + ["command"], extrasaction="ignore")
+            w.writeheader()
+            for r in out:
+                w.writerow({**r, "command": cmd})
+        os.replace(tmp, ns.write)
+    return 0
 
 
 if __name__ == "__main__":

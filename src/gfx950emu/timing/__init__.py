@@ -209,7 +209,8 @@ def simulate(L, wgs, make_waves, *, sample=None, flops=None, params=None, overri
     sim_cycles = max(r["end"] for r in cu.wg_records)
     kern = _grid.kernel(p, prog, L, n_wg=len(wgs), share=share, sampled=len(chosen), sim_cycles=sim_cycles,
                         occupancy=occ, vmem_bytes=cu.vmem_bytes, mfma_flops=cu.mfma_flops,
-                        flops=flops, touched=touched, nwaves=nwaves, activity=out["activity"])
+                        flops=flops, touched=touched, nwaves=nwaves, activity=out["activity"],
+                        cold_cycles=cu.exposed_ifetch / max(1, sum(1 for f in cu.simd_first if f is not None)))
     out["kernel"] = kern
     out["occupancy_workgroups_per_cu"] = occ
     out["grid_workgroups"] = len(wgs)

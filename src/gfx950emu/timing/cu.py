@@ -320,6 +320,7 @@ class CU:
         self.ic_prefetch = int(params.icache_prefetch_lines)
         self.ic_miss_cycles = ns_to_cycles(params.memory_l2_hit_ns, clk) if self.mem.on else float(params.vmem_latency_cycles)
         self.ic_misses = 0
+        self.exposed_ifetch = 0
         self.ic_stall = 0
         self.valu_dep = int(params.valu_dependent_latency_cycles) if params.mechanisms_valu_dependency else 0
         self.lds_dma_pipe = bool(params.mechanisms_lds_dma_pipe)
@@ -542,6 +543,8 @@ class CU:
         for s0, s1, r in tw.segs:
             lo, hi = max(s0, a), min(s1, b)
             if hi > lo:
+                if r == "ifetch":
+                    self.exposed_ifetch += hi - lo
                 r = _EXPOSED_AS.get(r, r)
                 self.exposed[r] += hi - lo
                 covered += hi - lo

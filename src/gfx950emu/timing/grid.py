@@ -70,13 +70,15 @@ def ramp_us(p, n_wg: int, occupancy: int, nwaves: int) -> float:
 
 
 def kernel(p, prog, L, *, n_wg, share, sampled, sim_cycles, occupancy, vmem_bytes, mfma_flops, flops=None,
-           clock_ghz=None, touched=None, nwaves=1, activity=None) -> dict:
+           clock_ghz=None, touched=None, nwaves=1, activity=None, cold_cycles=0.0) -> dict:
     clk = float(clock_ghz or core_clock_ghz(p, activity))
     ncu = int(p.device_xcds) * int(p.device_cus_per_xcd)
     # the first CU runs `share` workgroups, `occupancy` at a time; scale the simulated rounds up
     sim_rounds = math.ceil(sampled / occupancy) if sampled else 1
     cu_rounds = math.ceil(share / occupancy) if share else 1
-    compute_cycles = sim_cycles * cu_rounds / sim_rounds
+    # cold-start costs a CU pays once (its I-cache fills with the first workgroup) are not scaled up
+    cold = min(float(cold_cycles), float(sim_cycles))
+    compute_cycles = (sim_cycles - cold) * cu_rounds / sim_rounds + cold
     ramp = ramp_us(p, n_wg, occupancy, nwaves)
     compute_us = cycles_to_us(p, compute_cycles, activity, clk) + ramp
     bytes_l2 = int(vmem_bytes * n_wg / max(1, sampled))
@@ -107,6 +109,7 @@ def kernel(p, prog, L, *, n_wg, share, sampled, sim_cycles, occupancy, vmem_byte
         "bytes_l2": bytes_l2,
         "compute_us": round(compute_us, 3),
         "compute_cycles": round(compute_cycles, 1),
+        "cold_cycles": round(cold, 1),
         "memory_us": round(mem_us, 3),
         "launch_us": float(p.device_launch_overhead_us),
         "ramp_us": round(ramp, 3),

@@ -1,10 +1,18 @@
-"""Micro-kernels that check the timing model against the values its parameters document.
+"""Micro-kernels: the timing model against its own documented values, and against hardware.
 
 Each case is a tiny hand-written gfx950 kernel (one wave64) run with ``timing=True``; the measured
-quantity is read off the model's timeline, and ``expected`` is what the cited parameter values say
-it must be (so a test can assert it, and the benchmark / notebook print the table).
+quantity is read off the model's timeline.
 
-    python -m gfx950emu.timing --micro          # prints the table
+* :func:`run` -- internal consistency: ``expected`` is what the cited parameter values say the pipes
+  must give (run with the I-cache and the memory hierarchy switched off, so a fixed
+  ``vmem.latency_cycles`` stands for memory: the pipe arithmetic is what is checked);
+* :func:`run_hardware` -- the full model (every mechanism on) against a *published* hardware
+  measurement per latency / throughput the model uses (gfx950 where one exists, else MI300X),
+  in the published unit.  ``by_construction`` marks rows whose published value is also the model's
+  parameter (there the check is that the rest of the path -- issue, data cycles, waits -- adds
+  little); the others are independent.
+
+    python -m gfx950emu.timing --micro          # prints the tables
 """
 from __future__ import annotations
 
@@ -111,16 +119,21 @@ def measure(res, what) -> float:
     raise ValueError(how)
 
 
+#: the switches the internal-consistency cases run with (pipe arithmetic, fixed memory latency)
+CONSISTENCY = {"mechanisms.icache": 0, "mechanisms.memory_hierarchy": 0, "mechanisms.smem_ns": 0}
+
+
 def run(p: Params | None = None) -> list:
     """Run every case; rows of {case, modelled_cycles, expected_cycles, what}."""
     import gfx950emu
-    p = p or Params()
+    p = p or Params(overrides=CONSISTENCY)
     rows = []
     buf = np.zeros(1 << 20, dtype=np.uint8)
+    base = Params().values
     for name, body, what, expected, text in cases(p):
         prog = gfx950emu.load(kernel_text(body))
         res = gfx950emu.launch(prog, (1, 1, 1), (64, 1, 1), [buf], timing=True, timing_trace=True,
-                               timing_params={k: v for k, v in p.values.items() if v != Params().values.get(k)} or None)
+                               timing_params={k: v for k, v in p.values.items() if v != base.get(k)} or None)
         rows.append({"case": name, "modelled_cycles": measure(res, what), "expected_cycles": float(expected),
                      "what": text, "model_version": p.version, "label": "modelled"})
     return rows
@@ -131,4 +144,90 @@ def table(rows) -> str:
     out = [f"{'case':<{w}}  modelled  expected  what"]
     for r in rows:
         out.append(f"{r['case']:<{w}}  {r['modelled_cycles']:8.2f}  {r['expected_cycles']:8.1f}  {r['what']}")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ against hardware ----
+#: published measurements: (value, unit, source, by_construction)
+PUBLISHED = {
+    "l1_hit_latency": (57.0, "ns", "[CNC-MI300X] vector L1 hit latency (MI300X, CDNA3; read off the plot)", True),
+    "l2_hit_latency": (118.0, "ns", "[CNC-MI300X] / [MALL-SC25] L2 hit latency (MI300X, CDNA3)", True),
+    "hbm_latency": (350.0, "ns", "[CNC-MI300X] / [MALL-SC25] HBM latency, MALL miss (MI300X, CDNA3)", True),
+    "scalar_hit_latency": (30.0, "ns", "[MALL-SC25] scalar L1 hit latency order (MI300X, CDNA3)", True),
+    "lds_latency": (30.0, "ns", "[CNC-MI300X] LDS latency order (~64 cycles at 2.1 GHz, MI300X)", True),
+    "valu_dependent_chain": (8.0, "cycles/op", "[TRITON-LAT] gfx950 dependent VALU latency", True),
+    "fp4_mfma_rate": (10.1, "PFLOPS at 2.4 GHz, 256 CUs",
+                      "[CDNA4-WP] MI355X MXFP4 dense peak 10.1 PFLOPS (16x16x128 FP4 MFMA stream)", False),
+    "fp8_mfma_rate": (5.0, "PFLOPS at 2.4 GHz, 256 CUs",
+                      "[CDNA4-WP] MI355X FP8 dense peak 5.0 PFLOPS (16x16x128 FP8 MFMA stream)", False),
+}
+
+
+def _hw_cases():
+    """[(name, body, how)]: ``how`` = ("gap", first kind, index of first, last kind) or
+    ("interval", kind) or ("chain", kind)."""
+    out = []
+    ld = "buffer_load_dword v1, v40, s[4:7], 0 offen"
+    use = "v_mov_b32_e32 v2, v1"
+    # L1 hit: the same line twice (the first miss fills L1)
+    out.append(("l1_hit_latency", [ld, "s_waitcnt vmcnt(0)", use, ld, "s_waitcnt vmcnt(0)", use],
+                ("gap", "vmem", 1, "valu", 0)))
+    # L2 hit: a store writes the line through to L2 without allocating in L1; the load hits L2
+    st = "buffer_store_dword v40, v40, s[4:7], 0 offen offset:4096"
+    ld2 = "buffer_load_dword v1, v40, s[4:7], 0 offen offset:4096"
+    out.append(("l2_hit_latency", [st, "s_waitcnt vmcnt(0)", ld2, "s_waitcnt vmcnt(0)", use],
+                ("gap", "vmem", 1, "valu", 0)))
+    out.append(("hbm_latency", [ld, "s_waitcnt vmcnt(0)", use], ("gap", "vmem", 0, "valu", 0)))
+    sl = "s_load_dword s10, s[0:1], 0x0"
+    out.append(("scalar_hit_latency", [sl, "s_waitcnt lgkmcnt(0)", "s_mov_b32 s11, s10", sl, "s_waitcnt lgkmcnt(0)",
+                                       "s_mov_b32 s11, s10"], ("gap", "smem", 1, "salu", 0)))
+    out.append(("lds_latency", ["ds_read_b32 v1, v40", "s_waitcnt lgkmcnt(0)", use], ("gap", "lds", 0, "valu", 0)))
+    out.append(("valu_dependent_chain", [f"v_add_u32_e32 v1, v1, v40" for _ in range(N)], ("interval", "valu")))
+    out.append(("fp4_mfma_rate", [_mfma(_acc(j), _acc(j)) for j in range(N)], ("rate", 2 * 16 * 16 * 128)))
+    out.append(("fp8_mfma_rate", [_mfma(_acc(j), _acc(j), fp8=True) for j in range(N)], ("rate", 2 * 16 * 16 * 128)))
+    return out
+
+
+def run_hardware(p: Params | None = None) -> list:
+    """The full model's micro-kernel values against published hardware measurements (see the module doc)."""
+    import gfx950emu
+    p = p or Params()
+    clk = float(p.clock_sustained_ghz)
+    rows = []
+    buf = np.zeros(1 << 20, dtype=np.uint8)
+    base = Params().values
+    for name, body, how in _hw_cases():
+        prog = gfx950emu.load(kernel_text(body))
+        res = gfx950emu.launch(prog, (1, 1, 1), (64, 1, 1), [buf], timing=True, timing_trace=True,
+                               timing_params={**{k: v for k, v in p.values.items() if v != base.get(k)},
+                                              "mechanisms.icache": 0})
+        ev = [e for e in res.timing["trace_events"] if e[3] >= 9]        # the body (after kernel_text's set-up)
+        if how[0] == "gap":
+            firsts = [e[4] for e in ev if e[6] == how[1]]
+            t0 = firsts[how[2]]
+            lasts = [e[4] for e in ev if e[6] == how[3] and e[4] > t0]
+            cyc = float(lasts[how[4]] - t0)
+            val = cyc / clk
+        elif how[0] == "interval":
+            ts = [e[4] for e in ev if e[6] == how[1]]
+            k = len(ts) // 4
+            val = (ts[-1] - ts[k]) / (len(ts) - 1 - k)
+        else:
+            ts = [e[4] for e in ev if e[6] == "mfma"]
+            k = len(ts) // 4
+            per = (ts[-1] - ts[k]) / (len(ts) - 1 - k)           # cycles per MFMA on one SIMD
+            val = how[1] / per * int(p.device_simds_per_cu) * 256 * 2.4e9 / 1e15
+        pub, unit, src, by_c = PUBLISHED[name]
+        rows.append({"case": name, "modelled": round(val, 2), "published": pub, "unit": unit,
+                     "error_pct": round(100 * (val / pub - 1), 1), "by_construction": by_c, "source": src,
+                     "model_version": p.version, "clock_ghz": clk, "label": "modelled"})
+    return rows
+
+
+def hardware_table(rows) -> str:
+    w = max(len(r["case"]) for r in rows)
+    out = [f"{'case':<{w}}  modelled  published  unit / source"]
+    for r in rows:
+        out.append(f"{r['case']:<{w}}  {r['modelled']:8.2f}  {r['published']:9.2f}  {r['unit']}; {r['source']}"
+                   + ("  (by construction)" if r["by_construction"] else ""))
     return "\n".join(out)
