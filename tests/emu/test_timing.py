@@ -155,3 +155,85 @@ def test_timeline_window_has_wave_and_pipe_tracks():
     pipe = [x for x in iv if x["track"].endswith("MFMA")]
     assert len(pipe) == 2 and pipe[1]["start"] - pipe[0]["start"] == 16 and pipe[0]["end"] - pipe[0]["start"] == 16
     assert {x["track"] for x in iv} == {"wg0 wave0", "SIMD 0 MFMA"}
+
+
+# ------------------------------------------------------------------ model 0.2 mechanisms ----
+def test_memory_hierarchy_levels_from_real_addresses():
+    from gfx950emu.timing.memory import Hierarchy
+    p = Params()
+    h = Hierarchy(p, 2.0, active_cus=1, active_cus_xcd=1)
+    lat = {k: v for k, v in h.lat.items()}
+    cold = h.access(0, [10, 11])                 # cold lines, one workgroup: the compulsory fetch is HBM
+    assert cold >= lat["hbm"] and h.hits["hbm"] == 2
+    warm = h.access(10_000, [10, 11])            # the same lines again: L1
+    assert warm == pytest.approx(lat["l1_hit"], abs=1) and h.hits["l1"] == 2
+    h.access(20_000, [99], store=True)           # stores write through to L2, no L1 allocation
+    assert h.access(30_000, [99]) == pytest.approx(lat["l2_hit"], abs=1)
+    # latencies are ns: the same access costs twice the cycles at twice the clock
+    assert Hierarchy(p, 4.0, active_cus=1, active_cus_xcd=1).lat["hbm"] == pytest.approx(2 * lat["hbm"])
+
+
+def test_loaded_latency_grows_with_bytes_in_flight():
+    from gfx950emu.timing.memory import Hierarchy
+    h = Hierarchy(Params(), 2.0, active_cus=256, active_cus_xcd=32)
+    first = h.access(0, list(range(0, 64)))
+    burst = h.access(0, list(range(64, 128)))    # the second burst waits for the first in the HBM share
+    assert burst > first > h.lat["hbm"]
+
+
+def test_l2_sharing_degree_comes_from_probed_addresses():
+    from gfx950emu.timing import probe
+    a = {"lines": {3: {1, 2}, 5: {7}}}
+    b = {"lines": {3: {2, 9}, 5: {8}}}
+    assert probe.sharing({3: {1, 2}, 5: {7}}, [a, b], 2) == {3: 3, 5: 2}
+    wgs = [(i, 0, 0) for i in range(1024)]
+    co = probe.co_resident(wgs, 0, Params(), 1)
+    assert len(co) == 31 and all(i % 8 == 0 for i in co) and max(co) == 8 * 31
+
+
+def test_kernel_that_reloads_its_lines_hits_l1():
+    body = ["buffer_load_dwordx4 v[1:4], v40, s[4:7], 0 offen", "s_waitcnt vmcnt(0)"] * 4 + ["v_mov_b32_e32 v9, v1"]
+    prog = gfx950emu.load(micro.kernel_text(body))
+    t = gfx950emu.launch(prog, 1, 64, [np.zeros(1 << 16, np.uint8)], timing=True).timing
+    assert t["memory"]["hbm"] == 3 and t["memory"]["l1"] == 9    # lanes x 4 B + 16 B: 3 lines, then three L1 hits each
+    off = gfx950emu.launch(prog, 1, 64, [np.zeros(1 << 16, np.uint8)], timing=True,
+                           timing_params={"mechanisms.memory_hierarchy": 0}).timing
+    assert off["cycles"] > t["cycles"]                           # 4 x the old 500-cycle round trip
+
+
+def test_instruction_fetch_stalls_code_larger_than_the_icache():
+    from gfx950emu.timing.cu import code_bytes
+    prog = gfx950emu.load(micro.kernel_text(["v_add_u32_e32 v1, v1, v40", "v_lshl_or_b32 v2, v1, 3, v40",
+                                             "s_mov_b32 s9, 0x12345"]))
+    assert [code_bytes(i) for i in prog.instructions[-4:-1]] == [4, 8, 8]
+    small = ["v_add_u32_e32 v1, v1, v40"] * 64
+    big = ["v_add_u32_e32 v1, v1, v40"] * 20000                  # 80 KB of straight-line code
+    buf = np.zeros(4096, np.uint8)
+    ts = gfx950emu.launch(gfx950emu.load(micro.kernel_text(small)), 1, 64, [buf], timing=True).timing
+    tb = gfx950emu.launch(gfx950emu.load(micro.kernel_text(big)), 1, 64, [buf], timing=True).timing
+    assert tb["memory"]["icache_misses"] > 600 and ts["memory"]["icache_misses"] < 10
+    off = gfx950emu.launch(gfx950emu.load(micro.kernel_text(big)), 1, 64, [buf], timing=True,
+                           timing_params={"mechanisms.icache": 0}).timing
+    assert tb["cycles"] > off["cycles"] + 600 * 100
+
+
+def test_dependent_valu_waits_its_latency():
+    rows = {r["case"]: r for r in micro.run_hardware()}
+    assert rows["valu_dependent_chain"]["modelled"] == pytest.approx(Params().valu_dependent_latency_cycles)
+    lat = [rows[c]["modelled"] for c in ("l1_hit_latency", "l2_hit_latency", "hbm_latency")]
+    assert lat == sorted(lat)
+    for r in rows.values():
+        assert r["source"] and r["unit"] and r["label"] == "modelled"
+
+
+def test_cycles_to_us_is_the_one_clock_hook():
+    from gfx950emu.timing import grid
+    p = Params()
+    assert grid.cycles_to_us(p, 1e6) == pytest.approx(1e6 / (p.clock_sustained_ghz * 1e3))
+    assert grid.cycles_to_us(p, 1e6, clock_ghz=2.0) == pytest.approx(500.0)
+
+
+def test_activity_counts_per_event_class(gemm_run):
+    a = gemm_run[0].timing["activity"]
+    assert a["mfma"] == gemm_run[0].timing["mfma_count"] and a["mfma_passes"] == 4 * a["mfma"]
+    assert a["vmem_bytes"] > 0 and a["lds_bytes"] > 0 and a["valu"] > 0
