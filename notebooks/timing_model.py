@@ -20,6 +20,13 @@
 # of the MI355X (256 CUs in 8 XCDs, occupancy, rounds, an L2 / HBM traffic floor). It runs the same
 # decoded program and functional state as the emulator, so addresses, trip counts and EXEC are exact.
 #
+# Model 0.2 adds the mechanisms that decide step deltas (issue #21), each with a switch in
+# `gfx950.toml [mechanisms]`: the memory hierarchy in ns from the real addresses (vector L1 per CU,
+# L2 per XCD with the sharing between co-resident workgroups read off address probes of their own
+# workgroup-id arithmetic, MALL, HBM3E; the CU's share of each level's bandwidth, so a round's
+# chip-wide prologue / epilogue bursts queue), instruction fetch (64 KiB I-cache shared by two CUs),
+# the dependent-VALU latency, LDS-DMA writes on the LDS pipe, the wave-launch ramp, scalar loads in ns.
+#
 # **Every number below is *modelled*** (label, model version and clock on every table and figure),
 # except the column marked *published* (FlyDSL PR #990's own MI355X measurements). The parameters come
 # from public sources (`src/gfx950emu/timing/gfx950.toml`, one entry each with unit and source);
@@ -35,6 +42,7 @@
 upstream_out = None  # folder with flydsl/<commit8>/M<M>_N<N>_K<K>.s (+.json) from `python -m mxfp4_ablation.upstream compile`
 sample = 1  # workgroups simulated per point (the first CU's first; 1 vs all 4 at 8192^3 differ by 0.07 %)
 run_sensitivity = False  # re-run the before/after pair with each low-confidence parameter changed (~2 min)
+run_mechanisms = False  # recompute the mechanism table (each mechanism off in turn; ~1 h on 2 cores) instead of reading the committed CSV
 ladder_shape = None  # e.g. [8192, 8192, 8192]: also model the study's GEMM ladder there (compiles every step)
 out_dir = None  # set by the runner
 mode = None  # set by the runner; this notebook is modelled in every mode
@@ -79,6 +87,20 @@ params
 # %%
 micro_rows = pd.DataFrame(micro.run())
 micro_rows[["case", "modelled_cycles", "expected_cycles", "what"]]
+
+# %% [markdown]
+# ### 1b. Micro-kernels against published hardware measurements
+# The full model (every mechanism on, at the model clock) against a *published* measurement per
+# latency / throughput the model uses: gfx950 where one exists, else MI300X (CDNA3). Rows marked
+# `by_construction` use the published value as the model's parameter, so they check only that the
+# rest of the path (issue slot, data cycles, `s_waitcnt`) adds little; the MFMA rates are independent
+# (the model derives passes from the per-CU rate, the white paper states the chip's peak). Core-clocked
+# quantities (LDS) are published in ns at the chip's clock and modelled at the fitted clock, so they
+# differ by the clock ratio.
+
+# %%
+hw_rows = pd.DataFrame(micro.run_hardware())
+hw_rows[["case", "modelled", "published", "unit", "error_pct", "by_construction", "source"]]
 
 # %% [markdown]
 # ## 2. Upstream FlyDSL before / after PR #990 against the published TFLOPS
@@ -181,10 +203,37 @@ else:
     print("skipped (needs upstream_out and run_sensitivity=True)")
 
 # %% [markdown]
+# ## 3b. Each mechanism switched off in turn
+# PR #990's before / after / aiter-asm at its four shapes with all of model 0.2's mechanisms on
+# (`all`) and with one switched off (`gfx950.toml [mechanisms]`, 0 = the 0.1 behaviour), at the frozen
+# clock. Not a fit, and no mechanism was kept or dropped by this table: it shows what each one does to
+# the published ratio. Committed numbers: `experiments/reference/timing_mechanisms.csv`
+# (`python -m mxfp4_ablation.modelled mechanisms --upstream-out OUT --write ...`; `run_mechanisms=True`
+# recomputes them).
+
+# %%
+mech_csv = paths.reference_dir() / "timing_mechanisms.csv"
+if upstream_out and run_mechanisms:
+    mech = pd.DataFrame(modelled.mechanism_table(upstream_out, sample=sample))
+    print(f"computed now from {upstream_out}")
+elif mech_csv.is_file():
+    mech = pd.read_csv(mech_csv)
+    print(f"committed {mech_csv.name}")
+else:
+    mech = None
+    print("no committed mechanism table and run_mechanisms=False: skipped")
+if mech is not None:
+    display(mech[["mechanism_off", "M", "N", "K", "before_tflops", "after_tflops", "aiter_asm_tflops",
+                  "after_over_before", "published_after_over_before", "error_pp", "model_version"]])
+    piv = mech.pivot_table(index="mechanism_off", columns=["M", "N", "K"], values="error_pp")
+    print("after/before error (points) by mechanism switched off (modelled):")
+    display(piv)
+
+# %% [markdown]
 # ## 4. The study's own GEMM ladder (optional: `ladder_shape`)
-# Modelled TFLOPS and cycles per MFMA of `gemm-v0` .. `gemm-v9` (one workgroup sampled). The tile
-# order (`serpentine`) cannot move a number here: the grid model has no L2-capacity model of the tile
-# order yet, so v1 -> v2 is 0 by construction.
+# Modelled TFLOPS and cycles per MFMA of `gemm-v0` .. `gemm-v9` (one workgroup sampled).
+# `serpentine` is the in-wave MFMA emission order (XDL operand reuse): nothing in this model sees
+# operand reuse (its channel is power, the calibration issue), so v1 -> v2 is 0 by construction.
 
 # %%
 if ladder_shape:

@@ -242,8 +242,11 @@ def _bench_timing(ns, argv) -> int:
           f"{t['cycles_per_mfma_loop']}, MFMA busy {t['mfma_busy']}, model {t['model_version']}, "
           f"clock {t['clock_ghz']} GHz")
     print(f"  exposed cycles (per SIMD): {t['exposed']}")
-    print("micro-kernels (modelled cycles vs the documented values):")
+    print(f"  memory: {t['memory']}")
+    print("micro-kernels (modelled cycles vs the documented values; I-cache and memory hierarchy off):")
     print(micro.table(micro.run()))
+    print("micro-kernels against published hardware measurements (full model, at the model clock):")
+    print(micro.hardware_table(micro.run_hardware()))
     return 0
 
 
