@@ -81,3 +81,17 @@ def test_model_counts_out_of_range_lanes_of_a_kernel_that_relies_on_the_range_ch
     # the timing path must give its waves the same event log as a plain launch does.
     r = modelled.model("moe1-v0", (1, 8, 512, 256, 2), use_cache=False)
     assert r["label"] == "modelled" and r["kernel"]["us"] > 0
+
+
+def test_mechanisms_cli_bad_shapes_is_one_clear_error(capsys):
+    assert modelled.main(["mechanisms", "--upstream-out", "nowhere", "--shapes", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert "--shapes must be M,N,K" in err and "Traceback" not in err
+
+
+def test_mechanism_switches_are_parameters():
+    from gfx950emu.timing import Params
+    p = Params()
+    for m in modelled.MECHANISMS:
+        assert getattr(p, f"mechanisms_{m}") == 1
+        Params(overrides={f"mechanisms.{m}": 0})            # every mechanism can be switched off

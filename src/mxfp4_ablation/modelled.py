@@ -34,7 +34,7 @@ LABEL = "modelled"
 #: res.timing keys copied into every result (the big ones -- by_instruction -- only with full=True)
 _KEEP = ("cycles", "wave_cycles", "mfma_count", "cycles_per_mfma_loop", "mfma_busy", "exposed", "hot_loop",
          "sampled_workgroups", "occupancy_workgroups_per_cu", "grid_workgroups", "lds_conflict_cycles",
-         "model_version", "clock_ghz", "kernel")
+         "model_version", "clock_ghz", "kernel", "memory", "activity")
 
 
 def _timing():
