@@ -5,9 +5,12 @@
 
 ``timing=True`` runs only a sample of the workgroups (by default those the first CU receives, see
 :func:`first_cu_workgroups`) through :class:`~gfx950emu.timing.cu.CU` and extrapolates to the grid
-with :mod:`gfx950emu.timing.grid`.  Buffers are written only by the sampled workgroups.  Every
-parameter is in ``gfx950.toml`` with its unit and public source.  ``python -m gfx950emu.timing``
-runs any ``.s`` file.
+with :mod:`gfx950emu.timing.grid`.  Buffers are written only by the sampled workgroups.  Before the
+run, :mod:`gfx950emu.timing.probe` runs the sampled workgroup functionally (writes suppressed) and
+the prologue + first loop trip of the workgroups that share its XCD and round, to read off which
+lines they share (the L2 model of :mod:`gfx950emu.timing.memory`).  Every parameter is in
+``gfx950.toml`` with its unit and public source; every mechanism has a switch there
+(``[mechanisms]``).  ``python -m gfx950emu.timing`` runs any ``.s`` file.
 
 ``res.timing`` (JSON-ready; cycles are core clocks):
 
@@ -25,8 +28,15 @@ runs any ``.s`` file.
   the start of a middle iteration, wave 0), stall_cycles (mean per execution over all waves), reason
   (the dominant one: the ``exposed`` reasons plus ``mfma_pipe`` / ``vmem_pipe``);
 * ``kernel`` -- the grid: us, tflops, bound (compute|memory), clock_ghz, rounds, bytes_hbm, bytes_l2,
-  compute_us, compute_cycles, memory_us, launch_us, flops, flops_source (caller|mfma), cus,
+  compute_us, compute_cycles, cold_cycles (the CU's once-only I-cache fill, not scaled by rounds),
+  memory_us, launch_us, ramp_us (wave-launch ramp of a round), flops, flops_source (caller|mfma), cus,
   workgroups_first_cu, footprint_bytes_per_workgroup;
+* ``memory`` -- the hierarchy's counters: line hits per level (``l1``, ``l2``, ``l2_shared``, ``mall``,
+  ``hbm``, ``store``), bytes through each bandwidth share, ``hbm_fraction``, ``sharing_mean``,
+  ``active_cus``, ``probed_workgroups``, ``icache_misses``, ``icache_stall_cycles``, ``code_bytes``;
+* ``activity`` -- per event class what the sampled workgroups executed (``valu``, ``salu``, ``mfma``,
+  ``mfma_passes``, ``vmem``, ``vmem_bytes``, ``lds``, ``lds_bytes``, ``smem``, ``branch``, ``other``):
+  the input of a power-limited clock (:func:`gfx950emu.timing.grid.core_clock_ghz`);
 * ``sampled_workgroups``, ``workgroups_simulated``, ``occupancy_workgroups_per_cu``, ``grid_workgroups``,
   ``lds_conflict_cycles``, ``cu_cycles``, ``label`` ("modelled"), ``model_version``, ``clock_ghz``;
 * ``trace_events`` (only with ``timing_trace=True``): [workgroup, wave, simd, instruction, issue, end, kind]
@@ -157,7 +167,8 @@ def _memory(L, p, prog, static, wgs, chosen, make_waves, occ, clk, touched, prob
             pick = others_idx if len(others_idx) <= cap else \
                 [others_idx[int(k * len(others_idx) / cap)] for k in range(cap)]
             first = {i: ls for i, ls in me["lines"].items()}
-            others = [_probe.probe(prog, static, tuple(wgs[j]), probe_waves, touched) for j in pick]
+            others = [_probe.probe(prog, static, tuple(wgs[j]), probe_waves, touched, targets=me["seen"])
+                      for j in pick]
             sharing = _probe.sharing(first, others, len(others_idx)) if others_idx else {}
             info["probed_workgroups"] = len(others) + 1
             # grid bytes fetched beyond L2 (each line once per XCD's sharers) vs the compulsory bytes

@@ -3,9 +3,10 @@
 The L2 model needs to know which other workgroups of the sampled workgroup's XCD (in the same round)
 load the same lines.  That follows from the kernel's own workgroup-id arithmetic (a tile swizzle or
 an XCD remap included), so it is read off the emulator: each co-resident workgroup runs functionally
-(memory writes suppressed, LDS private) until each of its waves re-executes a VMEM instruction (one
-trip of the hot loop: the prologue plus one iteration), recording per instruction index the lines of
-its first execution.  :func:`probe` with ``full=True`` runs a workgroup to its end instead and also
+(memory writes suppressed, LDS private) until each of its waves has executed every VMEM instruction
+its counterpart wave of the sampled workgroup executes (``targets``; the prologue plus one trip of
+each loop), or re-executes one when no targets are given, recording per instruction index the lines
+of its first execution.  :func:`probe` with ``full=True`` runs a workgroup to its end instead and also
 counts executions and bytes per instruction (for the grid's HBM fraction).
 
 Which workgroups share an XCD and a round follows the dispatch order the timing model assumes
@@ -67,9 +68,10 @@ def _lines_of(capture) -> set:
     return out
 
 
-def probe(prog, static, wg, make_waves, touched, *, full=False, budget=200_000) -> dict:
+def probe(prog, static, wg, make_waves, touched, *, full=False, budget=200_000, targets=None) -> dict:
     """``{"lines": {index: set(lines)}, "count": {index: executions}, "bytes": {index: bytes},
-    "regions": set(buffer indices)}`` of workgroup ``wg`` (see the module doc)."""
+    "regions": set(buffer indices), "seen": [set(VMEM indices) per wave]}`` of workgroup ``wg``
+    (see the module doc)."""
     fns = [d.fn for d in prog.decoded]
     vm = [st.kind == "vmem" for st in static]
     lines, count, nbytes = {}, {}, {}
@@ -93,7 +95,7 @@ def probe(prog, static, wg, make_waves, touched, *, full=False, budget=200_000) 
                             break
                         is_vm = vm[i]
                         if is_vm:
-                            if not full and i in seen[k]:
+                            if not full and i in seen[k] and (targets is None or k >= len(targets)):
                                 live[k] = False
                                 break
                             seen[k].add(i)
@@ -117,6 +119,10 @@ def probe(prog, static, wg, make_waves, touched, *, full=False, budget=200_000) 
                                 lines[i] = ls            # first execution only
                             count[i] = count.get(i, 0) + 1
                             nbytes[i] = nbytes.get(i, 0) + len(ls) * LINE
+                        if targets is not None and not full and k < len(targets) and is_vm \
+                                and targets[k] <= seen[k]:
+                            live[k] = False                 # every VMEM instruction of the sampled wave seen
+                            break
                         if r == D.ENDPGM:
                             live[k] = False
                             n_done += 1
@@ -130,7 +136,7 @@ def probe(prog, static, wg, make_waves, touched, *, full=False, budget=200_000) 
         finally:
             touched.mute = False
             touched.capture = None
-    return {"lines": lines, "count": count, "bytes": nbytes, "regions": regions}
+    return {"lines": lines, "count": count, "bytes": nbytes, "regions": regions, "seen": seen}
 
 
 def co_resident(wgs: list, index: int, p, occupancy: int) -> list:
