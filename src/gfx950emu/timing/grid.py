@@ -13,7 +13,8 @@ kernel ends with that slowest CU (``ramp_us``).  Cycles become seconds in ONE pl
 :func:`cycles_to_us` (the clock: :func:`core_clock_ghz`; a power-limited clock plugs in there).
 Memory floor: ``bytes_l2`` = bytes the sampled workgroups requested through
 VMEM, times n / simulated, over the aggregate L2 bandwidth (8 x 2048 B/clock); ``bytes_hbm`` =
-compulsory traffic, every argument buffer the sampled workgroups touch, once (the 256 MB MALL
+compulsory traffic, every argument buffer the sampled workgroups touch, once -- at most the lines
+they touched times the grid's workgroups (model 0.2: a buffer read only in part) -- (the 256 MB MALL
 holds the operands of the shapes studied here), capped at ``bytes_l2``, over the sustained HBM
 bandwidth.  Not modelled: clock ramp, DVFS (one fitted clock), the slowest of several sampled CUs.
 """
@@ -89,6 +90,10 @@ def kernel(p, prog, L, *, n_wg, share, sampled, sim_cycles, occupancy, vmem_byte
         buf = sum(int(view.size) for _, view, _ in getattr(L, "mapped", []))
         footprint = None
     bytes_hbm = int(min(buf, bytes_l2)) if bytes_l2 else int(buf)
+    if footprint and p.mechanisms_memory_hierarchy:
+        # a buffer the grid reads only in part (an MoE's expert weights at decode): the lines the
+        # sampled workgroups touched, extrapolated to the grid, bound the compulsory bytes
+        bytes_hbm = int(min(bytes_hbm, footprint * n_wg))
     l2_bw = float(p.device_l2_bytes_per_clock_per_xcd) * int(p.device_xcds) * clk * 1e9
     mem_us = max(bytes_hbm / _hbm_bw(p), bytes_l2 / l2_bw) * 1e6
     bound = "compute" if compute_us >= mem_us else "memory"
