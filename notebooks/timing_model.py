@@ -278,9 +278,16 @@ else:
 #   kernel sends ~2x the bytes beyond L2 and queues on its MALL / HBM share. On the chip that
 #   difference costs far less than the model says: the per-CU fluid bandwidth share over-penalises
 #   bursts and/or the MI300X latencies are too high for CDNA4. Reported as measured, not tuned.
+#   Each mechanism off in turn at 8192^3 (after/before, error vs 1.0757; aiter-asm/after):
+#   all on 1.2134 (+13.8 pp; 1.0151) | memory hierarchy off 1.0858 (+1.0 pp; 1.0543) |
+#   L2 sharing off 1.2000 (+12.4 pp; 1.0318) | bandwidth queueing off 1.1070 (+3.1 pp; 0.9974) |
+#   I-cache off 1.2870 (+21.1 pp; 0.9666) -- `experiments/reference/timing_mechanisms.csv`. The
+#   bandwidth shares (queueing of the chip-wide bursts) carry most of the extra miss.
 # * aiter-asm / after at 8192^3: modelled 1.0151 vs published 1.0125 (right side of 1).
 # * MoE (M = 4096, measured before the probe-coverage fix, model fingerprint 0.2.0+36765f27dbd3):
 #   gemm1 last/first time ratio (moe1-v2 / moe1-v0) = 1375.96 / 1471.97 TFLOPS -> **0.935** vs
 #   published 0.981; gemm2 (moe2-v4 / moe2-v0) not measured in time (moe2-v0: 634.4 us).
-# * Decode (kimi-decode, M = 16): no longer `max(compute, bytes / 8 TB/s) + 2 us` by construction --
-#   see the report of issue #21 for the int64_abi delta measured after the floor fix.
+# * Decode (kimi-decode, M = 16): the CU path now pays the kernarg `s_load`s and the routing loads
+#   in ns: moe1-v0 -> moe1-v1 (`int64_abi`, 44 -> 28 scalar loads) is 43.53 -> 43.36 us of CU time
+#   (-0.4 %, the right sign), but both kernels sit on the HBM floor (571 MB of expert-weight lines
+#   at 0.8 x 8 TB/s = 89.3 us), so the modelled kernel delta is +0.01 %.
