@@ -281,7 +281,8 @@ else:
 #   Each mechanism off in turn at 8192^3 (after/before, error vs 1.0757; aiter-asm/after):
 #   all on 1.2134 (+13.8 pp; 1.0151) | memory hierarchy off 1.0858 (+1.0 pp; 1.0543) |
 #   L2 sharing off 1.2000 (+12.4 pp; 1.0318) | bandwidth queueing off 1.1070 (+3.1 pp; 0.9974) |
-#   I-cache off 1.2870 (+21.1 pp; 0.9666) -- `experiments/reference/timing_mechanisms.csv`. The
+#   I-cache off 1.2870 (+21.1 pp; 0.9666) | dependent-VALU latency off 1.2134 (+13.8 pp; 1.0172) --
+#   `experiments/reference/timing_mechanisms.csv`. The
 #   bandwidth shares (queueing of the chip-wide bursts) carry most of the extra miss.
 # * aiter-asm / after at 8192^3: modelled 1.0151 vs published 1.0125 (right side of 1).
 # * MoE (M = 4096, measured before the probe-coverage fix, model fingerprint 0.2.0+36765f27dbd3):
