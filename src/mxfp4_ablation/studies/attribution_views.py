@@ -93,10 +93,11 @@ def draw_shares(run_dir: Path):
     fig.text(0.01, 0.005, "; ".join(notes) + ("; " if notes else "") + "? = interval holds 0 (cannot decide)",
              fontsize=5, ha="left", va="bottom")
     text, colour = plots.SOURCES[{"measured": "device"}.get(sw["label"].iloc[0], sw["label"].iloc[0])]
-    fig.text(0.995, 0.995, f"{text}: {_detail(sw)}", ha="right", va="top", fontsize=6, color=colour, fontweight="bold")
     fig.suptitle("What each step buys: order-independent share vs ladder delta vs leave-one-out", x=0.01, ha="left",
                  fontsize=8, y=0.995)
-    fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+    # the source line under the title (a long model detail no longer runs into it)
+    fig.text(0.01, 0.955, f"{text}: {_detail(sw)}", ha="left", va="top", fontsize=6, color=colour, fontweight="bold")
+    fig.tight_layout(rect=(0, 0.02, 1, 0.93))
     return fig
 
 
