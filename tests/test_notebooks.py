@@ -404,3 +404,26 @@ def test_papermill_reads_every_parameter_of_the_step_template(study, caplog):
         found = [p.name for p in PythonTranslator.inspect({"source": cell})]
     assert not [r for r in caplog.records if "Unable to parse" in r.getMessage()]
     assert found == names and "modelled_shapes" in names and "hot_loop_lines" in names
+
+
+def test_a_published_run_redraws_its_figures_from_its_final_tables(monkeypatch, tmp_path):
+    """What a run publishes is what `make figures` would draw from it: a figure a cell drew before a later
+    cell stored more of its data is drawn again from the final run folder (a missing table: skipped)."""
+    from mxfp4_ablation import figures, notebooks
+
+    drawn = []
+    monkeypatch.setattr(figures, "FIGURES", {})
+    monkeypatch.setattr(figures, "load", lambda: figures.FIGURES)
+    figures.figure("t/mine", run="gemm--01_x")(lambda run_dir: None)
+    figures.figure("t/other", run="gemm--02_y")(lambda run_dir: None)
+    figures.figure("t/missing", run="gemm--01_x")(lambda run_dir: None)
+
+    def render(name, run_dir=None, root=None):
+        if name == "t/missing":
+            raise FileNotFoundError("no result table")
+        drawn.append((name, run_dir))
+        return [tmp_path / f"{name}.svg"]
+
+    monkeypatch.setattr(figures, "render", render)
+    out = notebooks.redraw_figures("gemm--01_x", tmp_path)
+    assert drawn == [("t/mine", tmp_path)] and out == [tmp_path / "t/mine.svg"]

@@ -255,8 +255,26 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
                 shutil.copy(executed, failed / f"{name}.ipynb")
                 print(f"[{name}] FAILED; partly executed notebook: {failed / (name + '.ipynb')}", file=sys.stderr)
             raise
+    redraw_figures(name, rd.final)
     print(f"[{name}] done -> {rd.final}", flush=True)
     return rd.final
+
+
+def redraw_figures(name: str, run_dir: Path) -> list[Path]:
+    """Draw every registered figure of run ``name`` again from the published run's final tables, as
+    ``make figures`` does: a cell may draw a figure before a later cell stores more of its data (a step's
+    speed figure before its modelled section), and what is published must not depend on cell order."""
+    from . import figures, results as results_mod
+
+    drawn = []
+    for fig in figures.load().values():
+        if fig.run != name:
+            continue
+        try:
+            drawn += figures.render(fig.name, run_dir)
+        except (FileNotFoundError, results_mod.CorruptTable) as err:  # a figure this run has no data for
+            print(f"[{name}] figure {fig.name} not drawn: {err}", file=sys.stderr, flush=True)
+    return drawn
 
 
 def main(argv: list[str] | None = None) -> int:
