@@ -149,8 +149,7 @@ def _timeline(names: list, shape: str, loop: bool) -> pd.DataFrame:
 def _step_modelled(run: Path, base: str | None, variant: str, shapes: list, loop: bool) -> None:
     names = [n for n in (base, variant) if n]
     sw = _sweep(names, shapes)
-    band = 5.98
-    d = A.step_deltas(sw, [(base, variant)], band, {variant: "switch"})
+    d = A.step_deltas(sw, [(base, variant)], {variant: "switch"})
     tl_shape = shapes[-1]
     _write(sw, run / "modelled_sweep.parquet")
     _write(d, run / "modelled_delta.parquet")
@@ -307,7 +306,7 @@ def build(exp: Path, every_step: bool = True) -> Path:
             sw = _sweep(ladder_names + list(loo_names.values()), GEMM_SHAPES)
             switches = {v: s for _, v, s, _ in steps}
             pairs = [(None, ladder_names[0])] + list(zip(ladder_names[:-1], ladder_names[1:]))
-            d = A.step_deltas(sw, pairs, 5.98, switches)
+            d = A.step_deltas(sw, pairs, switches)
             d.insert(1, "gemm", "gemm")
             _write(d, out / "modelled_delta.parquet")
             wf = pd.concat([A.waterfall(sw, ladder_names, s, switches) for s in GEMM_SHAPES], ignore_index=True)
@@ -326,7 +325,7 @@ def build(exp: Path, every_step: bool = True) -> Path:
                 loo_names = {s: f"{names[-1]}-no-{s}" for _, v, s, f in steps if f == family and s}
                 shapes = [f"{m}x385x7168x512x9x{16 if m < 1024 else 128}" for m in (16, 128, 1024, 4096)]
                 sw = _sweep(names + list(loo_names.values()), shapes)
-                d = A.step_deltas(sw, [(None, names[0])] + list(zip(names[:-1], names[1:])), 5.98,
+                d = A.step_deltas(sw, [(None, names[0])] + list(zip(names[:-1], names[1:])),
                                   {v: s for _, v, s, f in steps if f == family})
                 d.insert(1, "gemm", gemm)
                 parts.append(d)

@@ -108,7 +108,7 @@ def test_leave_one_out_and_order_of_impact():
                           "8192x8192x8192")
     assert list(loo["switch"]) == ["agpr_acc", "serpentine", "g2s_m0"]  # biggest loss first
     assert loo.set_index("switch").loc["agpr_acc", "loss_pct"] == pytest.approx(100 * (2590 / 2000 - 1))
-    d = A.step_deltas(sw, [("gemm-v0", "gemm-v1"), ("gemm-v1", "gemm-v2"), ("gemm-v2", "gemm-v3")], 1.0, SWITCHES)
+    d = A.step_deltas(sw, [("gemm-v0", "gemm-v1"), ("gemm-v1", "gemm-v2"), ("gemm-v2", "gemm-v3")], SWITCHES)
     order = (("serpentine", "first"), ("g2s_m0", "second"))
     table, stats = A.order_of_impact(d, loo, "8192x8192x8192", order)
     assert list(table["pr990_rank"]) == [1, 2] and stats["n"] == 2
@@ -150,7 +150,7 @@ def _fake_step_run(run: Path, variant: str, baseline: str, tflops: dict):
     sw = pd.DataFrame([_row(v, s, t * f) for v, t in tflops.items() for s, f in (("8192x8192x8192", 1.0),
                                                                                  ("16384x16384x16384", 1.05))],
                       columns=A.SWEEP_COLUMNS)
-    d = A.step_deltas(sw, [(baseline, variant)], 3.0, {variant: "x"})
+    d = A.step_deltas(sw, [(baseline, variant)], {variant: "x"})
     tl = pd.DataFrame([{"variant": v, "shape": "8192x8192x8192", "track": t, "start": s, "end": s + 16,
                         "opcode": "v_mfma", "kind": "mfma" if "MFMA" in t else "valu", "line": 1,
                         "window_cycles": 400, "model_version": "0.1.0", "clock_ghz": 1.395}

@@ -71,7 +71,7 @@ def stub(monkeypatch, tmp_path):
     monkeypatch.setattr(G, "compile_variants",
                         lambda names, shape: [FakeArtifact(synthetic_isa(vs[n].switches)) for n in names])
     monkeypatch.setattr(runner, "verify", fake_verify)
-    figures._load_studies()  # register every study's figures first, so the copy below loses none
+    figures.load()  # register every study's figures first, so the copy below loses none
     monkeypatch.setattr(figures, "FIGURES", dict(figures.FIGURES))  # restored after the test
     G._register_step_figures()  # the stub ladder's step figures
     exp = tmp_path / "experiments"

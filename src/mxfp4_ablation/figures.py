@@ -64,7 +64,6 @@ def load() -> dict[str, Figure]:
     return FIGURES
 
 
-_load_studies = load  # the former name
 
 
 def publishes(run_dir: Path) -> bool:

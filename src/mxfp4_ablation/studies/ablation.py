@@ -272,12 +272,12 @@ def error_band(path: str | Path | None = None) -> dict:
             "rule": iv["rule"], "path": path}
 
 
-def step_deltas(sweep_df: pd.DataFrame, pairs: Sequence[tuple[str | None, str]], band_pp: float | None = None,
+def step_deltas(sweep_df: pd.DataFrame, pairs: Sequence[tuple[str | None, str]],
                 switches: dict | None = None, calibration: str | Path | None = None) -> pd.DataFrame:
     """Per ``(baseline, variant)`` pair and shape: both modelled TFLOPS and us, the delta in % with
     its interval from held-out residuals (:func:`.speed.step_interval`: ``delta_low`` / ``delta_high``,
     ``bias_pp``, ``band_pp`` = the half-width; ``resolved`` = the interval excludes 0), the bound. A
-    pair with no baseline (the first rung) has no delta.  ``band_pp`` is ignored (kept for callers)."""
+    pair with no baseline (the first rung) has no delta."""
     from .speed import step_interval
 
     by = {(r.variant, r.shape): r for r in sweep_df.itertuples()}
@@ -536,7 +536,7 @@ def step_section(step, shapes: Sequence[Sequence[int]] | None = None, timeline_s
     sw = sweep([(n, s) for s in shapes for n in names])
     band = error_band()
     switch = step.switch
-    deltas = step_deltas(sw, [(baseline, variant)], band["band_pp"], {variant: switch})
+    deltas = step_deltas(sw, [(baseline, variant)], {variant: switch})
     record = study.switch_record(study.variant(variant).family, switch) if switch else None
     claims = {variant: getattr(record, "claim", "") if record else ""}
     ver = verdicts(deltas, claims)
@@ -627,7 +627,7 @@ def summary_section(study, out_dir, points: Sequence | None = None, render: bool
     for fam in study.spec.families:
         switches = {n: study.step_switch(n) for n in study.ladder_names(fam)}
         pairs = [p for p in _ladder_pairs(study, fam) if p[1] in set(sw["variant"])]
-        d = step_deltas(sw, pairs, band["band_pp"], switches)
+        d = step_deltas(sw, pairs, switches)
         d.insert(1, "gemm", study.spec.families[fam])
         all_deltas.append(d)
         full = study.ladder_names(fam)[-1]

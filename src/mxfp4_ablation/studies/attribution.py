@@ -28,10 +28,8 @@ Per (family, shape):
    points from :func:`step_uncertainty`. A Shapley value is an average (weights summing to 1) of the
    switch's marginal gains, each one modelled step of that switch, so if every step of switch ``i``
    is off by at most ``(minus_i, plus_i)`` so is its Shapley value. The default is the calibrated
-   per-step interval from held-out residuals where it exists (``studies.speed.step_interval``, the
-   calibration work; its bias shifts the interval), else the one band every modelled step carries today
-   (:func:`mxfp4_ablation.studies.ablation.error_band`: +-b pp on a step's ratio -> ``ln(1 + b/100)``
-   either way); any other per-step model plugs in through :func:`set_step_uncertainty` (a function
+   per-step interval from held-out residuals (``studies.speed.step_interval``; its bias shifts the
+   interval); any other per-step model plugs in through :func:`set_step_uncertainty` (a function
    ``(family, switch, shape) -> (minus, plus)`` in log points; see its docstring). Measured -> the harness's CIs of each subset's paired A/B ratio against
    the empty set's kernel, carried through the (linear) Shapley formula with the absolute weights
    (:func:`linear_halfwidths`).
@@ -86,31 +84,18 @@ class AttributionError(UsageError):
 # ============================================================================ uncertainty interface
 
 
-def _calibrated():
-    """The calibrated per-step interval (``studies.speed.step_interval``, from held-out residuals), as
-    ``(minus, plus)`` log points around a step, when that interface and its table exist; else None."""
-    from . import speed
+def _calibrated_interval() -> tuple[tuple[float, float], str]:
+    """The calibrated per-step interval (:func:`.speed.step_interval`, from held-out residuals; its bias
+    makes it asymmetric) as ``((minus, plus)`` log points around a step, its rule)."""
+    from .speed import step_interval
 
-    step_interval = getattr(speed, "step_interval", None)
-    if step_interval is None:
-        return None
-    try:
-        iv = step_interval(0.0)
-    except Exception:  # no calibration table yet
-        return None
+    iv = step_interval(0.0)
     return (-math.log(1 + float(iv["low"]) / 100), math.log(1 + float(iv["high"]) / 100)), str(iv.get("rule", ""))
 
 
 def _band_uncertainty(family: str, switch: str, shape: Sequence[int]) -> tuple[float, float]:
-    """The default: the calibrated step interval where it exists (:func:`_calibrated`; its bias makes it
-    asymmetric), else the one +-band of ``ablation.error_band`` for every step."""
-    cal = _calibrated()
-    if cal is not None:
-        return cal[0]
-    from .ablation import error_band
-
-    b = float(error_band()["band_pp"]) / 100.0
-    return (math.log(1 + b), math.log(1 + b))
+    """The default: the calibrated step interval, the same for every step."""
+    return _calibrated_interval()[0]
 
 
 _UNCERTAINTY: dict[str, Callable] = {"fn": _band_uncertainty, "rule": ""}
@@ -121,8 +106,8 @@ def set_step_uncertainty(fn: Callable[[str, str, Sequence[int]], tuple[float, fl
     """Plug in the model's per-step uncertainty: ``fn(family, switch, shape) -> (minus, plus)``, the
     most the model may over-state (``minus``) or under-state (``plus``) one step of ``switch`` at
     ``shape``, in log points of TFLOPS (``ln`` of the ratio; 0.058 ~ 6 %). ``rule``: one line saying
-    where the numbers come from (shown beside every interval). ``None`` restores the default (the one
-    band of :func:`mxfp4_ablation.studies.ablation.error_band` for every step)."""
+    where the numbers come from (shown beside every interval). ``None`` restores the default (the calibrated
+    interval of :func:`.speed.step_interval` for every step)."""
     _UNCERTAINTY["fn"] = fn or _band_uncertainty
     _UNCERTAINTY["rule"] = rule if fn else ""
 
@@ -142,12 +127,7 @@ def step_uncertainty(family: str, switch: str, shape: Sequence[int]) -> tuple[fl
 def uncertainty_rule() -> str:
     if _UNCERTAINTY["rule"]:
         return _UNCERTAINTY["rule"]
-    cal = _calibrated() if _UNCERTAINTY["fn"] is _band_uncertainty else None
-    if cal is not None:
-        return "every modelled step's calibrated interval: " + cal[1]
-    from .ablation import error_band
-
-    return "every modelled step +-ln(1 + band): " + error_band()["rule"]
+    return "every modelled step's calibrated interval: " + _calibrated_interval()[1]
 
 
 # ============================================================================ plan
