@@ -23,16 +23,18 @@
 # **Every number below is *modelled*** (label, model version and clock on every table and figure),
 # except the column marked *published* (FlyDSL PR #990's own MI355X measurements). The parameters come
 # from public sources (`src/gfx950emu/timing/gfx950.toml`, one entry each with unit and source);
-# exactly one is fitted: the sustained clock, on one named published point.
+# the ones no source gives are the `[power]` clock's, fitted on the declared fit set (PR #990's 12
+# published points) and cross-validated (section "Calibration" below).
 #
 # 1. micro-kernels: does the model reproduce the cycle counts its parameters document?
 # 2. upstream FlyDSL `fp4_gemm_4wave` before / after PR #990 at the PR's four shapes against the
-#    published TFLOPS (needs the upstream ISA folder; without it the committed numbers are shown);
+#    published TFLOPS (recomputed from `make upstream`'s `upstream/out`, or the `upstream_out`
+#    parameter; without either the committed numbers are shown, saying so);
 # 3. where the model's cycles go, and how sensitive the before/after ratio is to the parameters the
 #    sources pin down least.
 
 # %% tags=["parameters"]
-upstream_out = None  # folder with flydsl/<commit8>/M<M>_N<N>_K<K>.s (+.json) from `python -m mxfp4_ablation.upstream compile`
+upstream_out = None  # folder with flydsl/<commit8>/M<M>_N<N>_K<K>.s (+.json); None: upstream/out (`make upstream`) if it exists
 sample = 1  # workgroups simulated per point (the first CU's first; 1 vs all 4 at 8192^3 differ by 0.07 %)
 run_sensitivity = False  # re-run the before/after pair with each low-confidence parameter changed (~2 min)
 ladder_shape = None  # e.g. [8192, 8192, 8192]: also model the study's GEMM ladder there (compiles every step)
@@ -47,13 +49,20 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 import pandas as pd
 
-from gfx950emu.timing import Params, micro, table
+from gfx950emu.timing import Params, micro, power, table
 from mxfp4_ablation import modelled, paths, plots
 
 plots.apply_style()
 P = Params()
-TAG = f"modelled: gfx950emu.timing {P.version}, clock {P.clock_sustained_ghz} GHz (fitted)"
+if power.enabled(P):
+    TAG = (f"modelled: gfx950emu.timing {P.version}, power-limited clock (fitted reference "
+           f"{table()['power.ref_ghz']['value']} GHz; each kernel's own sustained clock, capped at {P.clock_peak_ghz} GHz)")
+else:
+    TAG = f"modelled: gfx950emu.timing {P.version}, clock {P.clock_sustained_ghz} GHz (fitted)"
 print(TAG)
+if upstream_out is None and (paths.REPO_ROOT / "upstream" / "out" / "flydsl").is_dir():
+    upstream_out = str(paths.REPO_ROOT / "upstream" / "out")  # `make upstream`'s build
+print("upstream kernels:", upstream_out or "none (the committed numbers are shown)")
 save = Path(out_dir) if out_dir else None
 
 # %% [markdown]
