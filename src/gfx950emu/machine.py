@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import decode as D
+from .errors import ExecError
 from .kernel import decode_kernel
 from .memory import FlatMemory, LazyBuffer
-from .memops import ExecError
+from .operands import BARRIER, ENDPGM, int_to_mask, mask_to_int
 from .parser import parse_module
 
 NVGPR = 512
@@ -136,7 +136,7 @@ class Wave:
             self.exec_full, self.exec_mask, self.active = True, _ALL_LANES, _ALL_ACTIVE
         else:
             self.exec_full = False
-            self.exec_mask = D.int_to_mask(e)
+            self.exec_mask = int_to_mask(e)
             self.active = np.flatnonzero(self.exec_mask)
 
 
@@ -179,7 +179,7 @@ def _run_checked(w, fns, decoded, budget, hz):
         n += 1
         if r:
             w.executed += n
-            if r == D.ENDPGM:
+            if r == ENDPGM:
                 hz.endpgm(w)
             return r
         if n > budget:
@@ -385,7 +385,7 @@ def _init_wave(L, w, wg, wave_in_wg):
         packed |= z << 20
     w.v[0] = np.where(tid < nthreads, packed, 0).astype(np.uint32)
     live = tid < nthreads
-    e = D.mask_to_int(live)
+    e = mask_to_int(live)
     s[126], s[127] = e & M32, e >> 32
     w.sync_exec()
 
@@ -444,7 +444,7 @@ def _schedule(waves, fns, prog, budget, tracker):
                 r = _run_plain(w, fns, budget)
             else:
                 r = _run_checked(w, fns, prog.decoded, budget, tracker)
-            if r == D.ENDPGM:
+            if r == ENDPGM:
                 w.done = True
         live = [w for w in waves if not w.done]
         if not live:
@@ -475,7 +475,7 @@ def _run_steps(w, fns, decoded, budget, hz, tick, steps):
         if tick:
             hz.land_due(w)
         if r:
-            if r == D.ENDPGM and hz is not None:
+            if r == ENDPGM and hz is not None:
                 hz.endpgm(w)
             return r
         if w.executed > budget:
@@ -493,7 +493,7 @@ def _schedule_ordered(waves, fns, prog, budget, tracker, tick, wave_order, rng):
         seq = waves if wave_order == "forward" else waves[::-1]
         while True:
             for w in seq:
-                if not w.done and _run_steps(w, fns, decoded, budget, tracker, tick, None) == D.ENDPGM:
+                if not w.done and _run_steps(w, fns, decoded, budget, tracker, tick, None) == ENDPGM:
                     w.done = True
             live = [w for w in waves if not w.done]
             if not live:
@@ -512,9 +512,9 @@ def _schedule_ordered(waves, fns, prog, budget, tracker, tick, wave_order, rng):
             continue
         w = ready[rng.randrange(len(ready))] if len(ready) > 1 else ready[0]
         r = _run_steps(w, fns, decoded, budget, tracker, tick, rng.randint(1, 64))
-        if r == D.ENDPGM:
+        if r == ENDPGM:
             w.done = True
-        elif r == D.BARRIER:
+        elif r == BARRIER:
             w.at_barrier = True
 
 

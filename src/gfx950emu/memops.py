@@ -33,15 +33,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .decode import U32, U64, M32, write_v, ssrc
+from .errors import ExecError
 from .memory import apply_atomic, decode_vsharp
+from .operands import M32, U32, U64, ssrc, write_v
 
 _AR4 = [np.arange(k, dtype=np.int64) for k in range(17)]
 _ALL_OK = [np.ones((64, k), dtype=bool) for k in range(5)]
-
-
-class ExecError(ValueError):
-    """A run-time condition the emulator refuses to guess about."""
 
 
 # size in bytes and how loaded bytes land in the destination

@@ -22,14 +22,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .errors import ParseError
+
 __all__ = [
     "Operand", "Instruction", "KernelSource", "ParseError",
     "parse_module", "parse_operand", "SGPR_SPECIAL",
 ]
-
-
-class ParseError(ValueError):
-    """The assembly text could not be understood (message names the line)."""
 
 
 # SGPR-space encodings of named scalar registers on GFX9 (LLVM AMDGPUUsage,
