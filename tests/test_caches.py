@@ -22,7 +22,7 @@ def src_copy(tmp_path, monkeypatch):
     return copy
 
 
-@pytest.mark.parametrize("rel", ["gfx950emu/timing/__init__.py", "gfx950emu/decode.py", "gfx950emu/mfma.py",
+@pytest.mark.parametrize("rel", ["gfx950emu/timing/__init__.py", "gfx950emu/valu.py", "gfx950emu/mfma.py",
                                  "gfx950emu/timing/cu.py", "gfx950emu/timing/gfx950.toml"])
 def test_the_timing_key_covers_every_file_of_the_model(src_copy, rel):
     before = modelled.model_fingerprint()

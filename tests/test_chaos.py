@@ -62,7 +62,7 @@ def _planned(make) -> set[str]:
 
 @pytest.mark.parametrize("rel, expect_some, never", [
     ("src/gfx950emu/timing/gfx950.toml", "notebooks/gemm/01_agpr_acc.py", "notebooks/harness_validation.py"),
-    ("src/gfx950emu/decode.py", "notebooks/moe/22_gemm2_unsigned_div.py", "notebooks/harness_validation.py"),
+    ("src/gfx950emu/valu.py", "notebooks/moe/22_gemm2_unsigned_div.py", "notebooks/harness_validation.py"),
     ("experiments/reference/gemm_published.csv", "notebooks/gemm/05_b_carry.py", "notebooks/harness_validation.py"),
 ])
 def test_an_edited_input_file_plans_the_notebooks_that_read_it(stamped, rel, expect_some, never):

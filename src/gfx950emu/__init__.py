@@ -20,19 +20,18 @@ only where the kernel touches them (big launches map every buffer this way, chun
 legal moment), and ``wave_order="reverse"|"random"`` reorders / interleaves the waves: a kernel that waits
 correctly gives the same bytes in every mode.
 
-Depends on numpy only.  Module map: parser (text -> instructions, descriptor,
-metadata), decode/memops/kernel (instruction -> handler), machine (launch
-state, wave scheduling, processes), hazards (s_waitcnt checker), memory (flat
-address space, buffer descriptors, atomics), mfma / fpformats (matrix cores
-and narrow float formats), timing (the cycle model: CU + MI355X grid, parameters in
-timing/gfx950.toml).
+Depends on numpy only.  Module map: lexer + parser (text -> instructions, descriptor,
+metadata), kernel (instruction -> handler: the dispatch, SOPP and MFMA) over the instruction families
+operands (decode context, operand access), salu, valu (+ DPP / SDWA / VOPC), valu16 (16-bit and
+packed), valu_special, convert and memops (memory instructions), errors, machine (launch state, the
+interpreter loop, wave scheduling, processes), hazards (s_waitcnt checker), memory (flat address
+space, buffer descriptors, atomics), mfma / fpformats (matrix cores and narrow float formats), timing
+(the cycle model: CU + MI355X grid, parameters in timing/gfx950.toml).
 """
-from .decode import DecodeError
+from .errors import DecodeError, ExecError, MemoryFault, ParseError
 from .hazards import HazardError, HazardReport
 from .machine import Program, Result, Stats, launch, load
-from .memops import ExecError
-from .memory import LazyBuffer, MemoryFault
-from .parser import ParseError
+from .memory import LazyBuffer
 
 __all__ = [
     "load", "launch", "Program", "Result", "Stats", "HazardReport", "HazardError",

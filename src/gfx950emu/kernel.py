@@ -1,4 +1,4 @@
-"""Turn a parsed kernel into a list of :class:`~gfx950emu.decode.Decoded` handlers.
+"""Turn a parsed kernel into a list of :class:`~gfx950emu.operands.Decoded` handlers.
 
 Also holds the SOPP (program control) and MFMA handlers and works out, for
 every instruction, which registers it reads and writes and whether it is a
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import decode as D
-from . import memops
-from .decode import Ctx, Decoded, DecodeError, U32
-
+from . import memops, salu, valu, valu16
 from . import mfma as _mfma
+from .errors import DecodeError, ExecError
+from .operands import BARRIER, ENDPGM, U32, Ctx, Decoded, const_bits, sdst, sreg_bits, ssrc, vsrc
+from .valu_special import build_valu_special
 
 _NOPS = {"s_nop", "s_setprio", "s_sleep", "s_icache_inv", "s_incperflevel", "s_decperflevel",
          "s_ttracedata", "s_sched_barrier", "s_sched_group_barrier", "s_set_inst_prefetch_distance"}
@@ -64,9 +64,9 @@ def _build_sopp(ins, ctx, name, d):
     if name in _NOPS:
         return lambda w: None
     if name == "s_endpgm":
-        return lambda w: D.ENDPGM
+        return lambda w: ENDPGM
     if name == "s_barrier":
-        return lambda w: D.BARRIER
+        return lambda w: BARRIER
     if name == "s_waitcnt":
         vm, lgkm = waitcnt_counts(ins.mods)
         d.pend = ("wait", vm, lgkm)
@@ -159,15 +159,15 @@ def _build_special_salu(ins, ctx, name, d):
         return lambda w: None
     if name == "s_trap":
         def h(w):
-            raise memops.ExecError(f"line {line}: s_trap {o[0].text if o else ''} -- the kernel trapped "
-                                   f"(trap handlers are not modelled)")
+            raise ExecError(f"line {line}: s_trap {o[0].text if o else ''} -- the kernel trapped "
+                            f"(trap handlers are not modelled)")
         return h
     if name == "s_getreg_b32":
         rid, off, size = _hwreg(o[1], ctx)
         if rid != 1:
             raise ctx.err(f"hardware register id {rid} is not modelled (only HW_REG_MODE)")
         val = (ctx.mode >> off) & ((1 << size) - 1)
-        wr = D.sdst(o[0], ctx)
+        wr = sdst(o[0], ctx)
         d.swrites = frozenset(range(o[0].index, o[0].index + 1))
         return lambda w: wr(w, val)
     rid, off, size = _hwreg(o[0], ctx)
@@ -188,16 +188,16 @@ def _build_special_salu(ins, ctx, name, d):
         ctx.ftz32 = ((new_mode >> 4) & 3) == 0
         return lambda w: None
     else:
-        g = D.ssrc(o[1], ctx)
-        d.sreads = frozenset(D.sreg_bits(o[1], ctx)[1])
+        g = ssrc(o[1], ctx)
+        d.sreads = frozenset(sreg_bits(o[1], ctx)[1])
     mode = ctx.mode
 
     def h(w):
         new = (g(w) << off) & mask
         if new != cur:
-            raise memops.ExecError(f"line {line}: s_setreg changes MODE from {mode:#x} to {(mode & ~mask) | new:#x}; "
-                                   f"only the launch MODE (round to nearest even, denormals kept, "
-                                   f"IEEE={mode >> 9 & 1}) is modelled")
+            raise ExecError(f"line {line}: s_setreg changes MODE from {mode:#x} to {(mode & ~mask) | new:#x}; "
+                            f"only the launch MODE (round to nearest even, denormals kept, "
+                            f"IEEE={mode >> 9 & 1}) is modelled")
     return h
 
 
@@ -228,7 +228,7 @@ def _build_mfma(ins, ctx, name, d):
         cconst = None
     else:
         ci = None
-        cconst = np.full((64, nC), D.const_bits(o[3], 32, "f32"), dtype=U32)
+        cconst = np.full((64, nC), const_bits(o[3], 32, "f32"), dtype=U32)
     gsa = _scale_getter(o[4], ctx) if scaled else None
     gsb = _scale_getter(o[5], ctx) if scaled else None
     line = ins.line
@@ -238,7 +238,7 @@ def _build_mfma(ins, ctx, name, d):
     sreads = set()
     if scaled:
         for x in (o[4], o[5]):
-            v, s = D.sreg_bits(x, ctx)
+            v, s = sreg_bits(x, ctx)
             reads |= v
             sreads |= s
     d.vreads = frozenset(reads)
@@ -248,7 +248,7 @@ def _build_mfma(ins, ctx, name, d):
 
     def h(w):
         if not w.exec_full:
-            raise memops.ExecError(f"line {line}: MFMA with a partial EXEC mask is not modelled")
+            raise ExecError(f"line {line}: MFMA with a partial EXEC mask is not modelled")
         a = w.v[ai:ai + nA].T
         b = w.v[bi:bi + nB].T
         c = w.v[ci:ci + nC].T if ci is not None else cconst
@@ -272,7 +272,7 @@ def _scale_getter(op, ctx):
     """
     if op.kind in ("v", "a"):
         return _lane_getter(op, ctx)
-    g = D.vsrc(op, ctx)
+    g = vsrc(op, ctx)
 
     def f(w):
         e = (int(g(w)) >> 23) & 0xFF
@@ -285,14 +285,14 @@ def _lane_getter(op, ctx):
     if op.kind in ("v", "a") and not (op.neg or op.abs):
         i = ctx.vidx(op)
         return lambda w: w.v[i]
-    g = D.vsrc(op, ctx)
+    g = vsrc(op, ctx)
     return lambda w: np.full(64, g(w), dtype=U32)
 
 
 def _regs_of(ops, ctx):
     v, s = set(), set()
     for x in ops:
-        a, b = D.sreg_bits(x, ctx)
+        a, b = sreg_bits(x, ctx)
         v |= a
         s |= b
     return v, s
@@ -313,7 +313,7 @@ def _valu_regs(ins, ctx, name, d):
     if name.startswith("v_permlane") or name == "v_swap_b32":
         wv |= rv
     osel = ins.mods.get("op_sel", ())
-    if name in ("v_swap_b32", "v_cvt_pk_fp8_f32") or (name in D.VALU16 and len(osel) > len(o) - 1 and osel[len(o) - 1]):
+    if name in ("v_swap_b32", "v_cvt_pk_fp8_f32") or (name in valu16.VALU16 and len(osel) > len(o) - 1 and osel[len(o) - 1]):
         rv |= wv
     if name == "v_div_fmas_f32":
         rs |= {106, 107}
@@ -328,7 +328,7 @@ def _valu_regs(ins, ctx, name, d):
 #: kernel-descriptor float controls.  [LLVM] AMDGPUUsage "Kernel Descriptor" / .amdhsa_
 #: directives: FLOAT_ROUND_MODE_* 0 = round to nearest even (the only one modelled);
 #: FLOAT_DENORM_MODE_32: 3 = keep f32 denormals (numpy's behaviour), 0 = flush f32 denormal
-#: inputs and results to zero (honoured for the f32 VALU ops, see decode._ftz); the
+#: inputs and results to zero (honoured for the f32 VALU ops, see valu.ftz); the
 #: assembler's defaults when a directive is missing: round 0, denorm_32 0 (!), denorm_16_64 3.
 #: Anything else is refused (issue #12 fix 6).
 _FLOAT_DEFAULTS = {"float_round_mode_32": 0, "float_round_mode_16_64": 0,
@@ -378,11 +378,11 @@ def decode_kernel(ks, acc_offset: int, nvgpr: int = 512) -> list:
 
 def _decode_one(ins, ctx):
     op = ins.opcode
-    name, sfx = D._base_name(op)
+    name = valu.base_name(op)
     dpp = sdwa = None
     if name.endswith("_dpp"):
         name = name[:-4]
-        dpp = D.Dpp(ins.mods, ctx)
+        dpp = valu.Dpp(ins.mods, ctx)
     elif name.endswith("_sdwa"):
         name = name[:-5]
     cls = _cls(name)
@@ -393,7 +393,7 @@ def _decode_one(ins, ctx):
             fn = memops.build_smem(ins, ctx, name)
             if fn is not None and name.startswith(("s_load", "s_buffer_load")):
                 o = ins.operands
-                d.sreads = frozenset(D.sreg_bits(o[1], ctx)[1] | (D.sreg_bits(o[2], ctx)[1] if len(o) > 2 else set()))
+                d.sreads = frozenset(sreg_bits(o[1], ctx)[1] | (sreg_bits(o[2], ctx)[1] if len(o) > 2 else set()))
                 d.swrites = frozenset(range(o[0].index, o[0].index + o[0].count))
                 d.pend = ("smem", frozenset(), d.swrites, False)
         elif cls in ("waitcnt", "barrier", "nop", "branch", "end"):
@@ -403,9 +403,9 @@ def _decode_one(ins, ctx):
         else:
             if ins.mods:
                 raise ctx.err(f"unsupported modifier {next(iter(ins.mods))!r}")
-            fn = D.build_salu(ins, ctx, d)
+            fn = salu.build_salu(ins, ctx, d)
             if fn is not None:
-                r, w_ = D.salu_regs(ins, ctx)
+                r, w_ = salu.salu_regs(ins, ctx)
                 d.sreads, d.swrites = frozenset(r), frozenset(w_)
     elif cls == "mfma":
         fn = _build_mfma(ins, ctx, name, d)
@@ -431,7 +431,7 @@ def _decode_one(ins, ctx):
             if r is not None:
                 fn, kind, ret, lds_mode, di, ndw, ai, o = r
                 reads = set(range(ai, ai + (2 if ("idxen" in ins.mods and "offen" in ins.mods) else 1))) if ai is not None else set()
-                sreads = set(range(o[2].index, o[2].index + 4)) | D.sreg_bits(o[3], ctx)[1]
+                sreads = set(range(o[2].index, o[2].index + 4)) | sreg_bits(o[3], ctx)[1]
                 if lds_mode:
                     sreads.add(124)
                 writes = set()
@@ -467,19 +467,19 @@ def _decode_one(ins, ctx):
                 d.pend = ("vm", d.vwrites, frozenset(), lds_mode)
     elif cls == "valu":
         if ins.opcode.endswith("_sdwa"):
-            if name not in D.VALU32:
+            if name not in valu.VALU32:
                 raise ctx.err(f"SDWA form of {name} not implemented")
-            sdwa = D.Sdwa(ins.mods, ctx, D.VALU32[name][1])
+            sdwa = valu.Sdwa(ins.mods, ctx, valu.VALU32[name][1])
         if name.startswith(("v_cmp_", "v_cmpx_")):
             if dpp or sdwa:
                 raise ctx.err("DPP/SDWA compare not implemented")
-            fn = D.build_vopc(ins, ctx, d, name)
-        elif name in D.VALU32 and name not in ("v_cndmask_b32",):
-            fn = D.build_valu32(ins, ctx, d, name, dpp=dpp, sdwa=sdwa)
+            fn = valu.build_vopc(ins, ctx, d, name)
+        elif name in valu.VALU32 and name not in ("v_cndmask_b32",):
+            fn = valu.build_valu32(ins, ctx, d, name, dpp=dpp, sdwa=sdwa)
         else:
             if dpp or sdwa:
                 raise ctx.err(f"DPP/SDWA form of {name} not implemented")
-            fn = D.build_valu_special(ins, ctx, d, name, sfx)
+            fn = build_valu_special(ins, ctx, name)
         if fn is not None:
             _valu_regs(ins, ctx, name, d)
             if name.startswith("v_cmpx"):

@@ -29,6 +29,7 @@ bytes written are the same as with one process.
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import random
 import struct
@@ -38,10 +39,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import decode as D
+from .errors import ExecError
 from .kernel import decode_kernel
 from .memory import FlatMemory, LazyBuffer
-from .memops import ExecError
+from .operands import BARRIER, ENDPGM, int_to_mask, mask_to_int
 from .parser import parse_module
 
 NVGPR = 512
@@ -136,7 +137,7 @@ class Wave:
             self.exec_full, self.exec_mask, self.active = True, _ALL_LANES, _ALL_ACTIVE
         else:
             self.exec_full = False
-            self.exec_mask = D.int_to_mask(e)
+            self.exec_mask = int_to_mask(e)
             self.active = np.flatnonzero(self.exec_mask)
 
 
@@ -144,7 +145,24 @@ def _off_end(w):
     raise ExecError(f"wave {w.id} ran past the last instruction without s_endpgm")
 
 
-def _run_plain(w, fns, budget):
+def _checked(fn, d, hz):
+    """``fn`` between the hazard tracker's checks of instruction ``d`` (what it reads, then what it issues)."""
+    def step(w):
+        hz.before(w, d)
+        r = fn(w)
+        hz.after(w, d)
+        return r
+    return step
+
+
+def _run(w, fns, budget, hz=None, tick=False, steps=None):
+    """The interpreter loop: run wave ``w`` until an instruction returns a signal (BARRIER, ENDPGM), and
+    return it -- or, given ``steps``, for at most that many instructions (0 when the slice ran out).
+
+    The delivery mode is the strategy: with a hazard tracker ``hz`` the handlers in ``fns`` are wrapped in
+    its checks (:func:`_checked`) and it is told when the wave ends; ``tick`` (delivery "random") lands,
+    after every instruction, the deferred ops whose drawn time has come.  ``budget`` bounds the wave's
+    instructions in all (an endless loop is an error)."""
     counts = w.counts
     n = 0
     while True:
@@ -152,39 +170,18 @@ def _run_plain(w, fns, budget):
         w.pc = i + 1
         counts[i] += 1
         r = fns[i](w)
+        w.executed += 1
         n += 1
+        if tick:
+            hz.land_due(w)
         if r:
-            w.executed += n
-            return r
-        if n > budget:
-            w.executed += n
-            raise ExecError(f"wave {w.id} executed more than {budget} instructions (endless loop?)")
-
-
-def _run_checked(w, fns, decoded, budget, hz):
-    counts = w.counts
-    n = 0
-    nd = len(decoded)
-    while True:
-        i = w.pc
-        w.pc = i + 1
-        counts[i] += 1
-        if i < nd:
-            d = decoded[i]
-            hz.before(w, d)
-            r = fns[i](w)
-            hz.after(w, d)
-        else:
-            r = fns[i](w)
-        n += 1
-        if r:
-            w.executed += n
-            if r == D.ENDPGM:
+            if r == ENDPGM and hz is not None:
                 hz.endpgm(w)
             return r
-        if n > budget:
-            w.executed += n
+        if w.executed > budget:
             raise ExecError(f"wave {w.id} executed more than {budget} instructions (endless loop?)")
+        if n == steps:
+            return 0
 
 
 # ------------------------------------------------------------ arguments ----
@@ -385,7 +382,7 @@ def _init_wave(L, w, wg, wave_in_wg):
         packed |= z << 20
     w.v[0] = np.where(tid < nthreads, packed, 0).astype(np.uint32)
     live = tid < nthreads
-    e = D.mask_to_int(live)
+    e = mask_to_int(live)
     s[126], s[127] = e & M32, e >> 32
     w.sync_exec()
 
@@ -404,7 +401,6 @@ def _run_workgroup(L, wg, hz_mode, budget, order=None):
     nwaves = (bx * by * bz + 63) // 64
     lds = np.zeros((L.lds_size + 3) // 4 * 4, dtype=np.uint8)
     lds32 = lds.view(np.uint32)
-    fns = [d.fn for d in prog.decoded] + [_off_end]
     delivery, wave_order, seed = order or ("issue", "forward", 0)
     rng = None
     if "random" in (delivery, wave_order):
@@ -414,6 +410,7 @@ def _run_workgroup(L, wg, hz_mode, budget, order=None):
         tracker = HazardTracker(hz_mode if hz_mode != "off" else "report", lds.size, wg, prog.accum_offset,
                                 rng if delivery == "random" else None, prog.instructions)
     log = EventLog(hz_mode, lds.size, wg)
+    fns = [d.fn if tracker is None else _checked(d.fn, d, tracker) for d in prog.decoded] + [_off_end]
     waves = []
     for i in range(nwaves):
         w = Wave(i, lds, lds32, L.mem, len(prog.decoded))
@@ -426,74 +423,22 @@ def _run_workgroup(L, wg, hz_mode, budget, order=None):
         _init_wave(L, w, wg, i)
         waves.append(w)
     with np.errstate(all="ignore"):      # IEEE results (inf, nan) are data here, not warnings
-        if order is None:
-            _schedule(waves, fns, prog, budget, tracker)
-        else:
-            _schedule_ordered(waves, fns, prog, budget, tracker, delivery == "random", wave_order, rng)
+        _schedule(waves, functools.partial(_run, fns=fns, budget=budget, hz=tracker, tick=delivery == "random"),
+                  wave_order, rng)
     reports = (tracker.reports if tracker is not None and hz_mode != "off" else []) + log.reports
     return [w.counts[:-1] for w in waves], reports, log.out_of_range
 
 
-def _schedule(waves, fns, prog, budget, tracker):
-    """Run the waves of one workgroup in wave order, each up to its next barrier."""
-    while True:
-        for w in waves:
-            if w.done:
-                continue
-            if tracker is None:
-                r = _run_plain(w, fns, budget)
-            else:
-                r = _run_checked(w, fns, prog.decoded, budget, tracker)
-            if r == D.ENDPGM:
-                w.done = True
-        live = [w for w in waves if not w.done]
-        if not live:
-            break
-        for w in live:
-            w.epoch += 1
-
-
-def _run_steps(w, fns, decoded, budget, hz, tick, steps):
-    """Run ``w`` for up to ``steps`` instructions (None: to its next barrier or end); 0 when the slice ran out.
-    ``tick``: land the deferred ops whose random time has come after every instruction."""
-    counts = w.counts
-    nd = len(decoded)
-    n = 0
-    while True:
-        i = w.pc
-        w.pc = i + 1
-        counts[i] += 1
-        if hz is not None and i < nd:
-            d = decoded[i]
-            hz.before(w, d)
-            r = fns[i](w)
-            hz.after(w, d)
-        else:
-            r = fns[i](w)
-        w.executed += 1
-        n += 1
-        if tick:
-            hz.land_due(w)
-        if r:
-            if r == D.ENDPGM and hz is not None:
-                hz.endpgm(w)
-            return r
-        if w.executed > budget:
-            raise ExecError(f"wave {w.id} executed more than {budget} instructions (endless loop?)")
-        if steps is not None and n >= steps:
-            return 0
-
-
-def _schedule_ordered(waves, fns, prog, budget, tracker, tick, wave_order, rng):
-    """The adversarial scheduler: waves forward or reverse, each up to its next barrier, or -- for
-    wave_order "random" -- a seeded random ready wave for a random slice of 1..64 instructions at a
-    time (a barrier releases when every live wave has reached it; an ended wave counts as arrived)."""
-    decoded = prog.decoded
+def _schedule(waves, run, wave_order, rng):
+    """Run the waves of one workgroup (``run(wave[, steps=n])``: the interpreter loop): forward or reverse,
+    each up to its next barrier, or -- for wave_order "random", the adversarial order -- a seeded random
+    ready wave for a random slice of 1..64 instructions at a time (a barrier releases when every live
+    wave has reached it; an ended wave counts as arrived)."""
     if wave_order != "random":
         seq = waves if wave_order == "forward" else waves[::-1]
         while True:
             for w in seq:
-                if not w.done and _run_steps(w, fns, decoded, budget, tracker, tick, None) == D.ENDPGM:
+                if not w.done and run(w) == ENDPGM:
                     w.done = True
             live = [w for w in waves if not w.done]
             if not live:
@@ -511,10 +456,10 @@ def _schedule_ordered(waves, fns, prog, budget, tracker, tick, wave_order, rng):
                 w.epoch += 1
             continue
         w = ready[rng.randrange(len(ready))] if len(ready) > 1 else ready[0]
-        r = _run_steps(w, fns, decoded, budget, tracker, tick, rng.randint(1, 64))
-        if r == D.ENDPGM:
+        r = run(w, steps=rng.randint(1, 64))
+        if r == ENDPGM:
             w.done = True
-        elif r == D.BARRIER:
+        elif r == BARRIER:
             w.at_barrier = True
 
 

@@ -31,17 +31,16 @@ Atomics apply lane by lane in lane order (memory.apply_atomic).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from .decode import U32, U64, M32, write_v, ssrc
+from .errors import ExecError
 from .memory import apply_atomic, decode_vsharp
+from .operands import M32, U32, U64, ssrc, write_v
 
 _AR4 = [np.arange(k, dtype=np.int64) for k in range(17)]
 _ALL_OK = [np.ones((64, k), dtype=bool) for k in range(5)]
-
-
-class ExecError(ValueError):
-    """A run-time condition the emulator refuses to guess about."""
 
 
 # size in bytes and how loaded bytes land in the destination
@@ -138,8 +137,37 @@ def _src_bytes(w, vi, nbytes, shift, lanes):
     return np.ascontiguousarray(regs.astype("<u4")).view(np.uint8)[:, :nbytes]
 
 
-def _suffix(name, prefix):
-    return name[len(prefix):]
+class VmemOp(NamedTuple):
+    """What a vector-memory opcode name says (see :func:`vmem_op`)."""
+
+    kind: str          # "load", "store" or "atomic"
+    nbytes: int
+    how: str = "d"     # load: how the bytes land in the destination (_LOAD)
+    shift: int = 0     # store: bit offset of the data in its register (the d16_hi forms)
+    atomic: str = ""   # atomic: the memory.apply_atomic op
+    lds: bool = False  # load_lds_*: an LDS-DMA load that says so in its name (global_load_lds_dword)
+
+
+def vmem_op(rest):
+    """The one decoder of buffer / global / flat / scratch opcode names: ``rest`` is the name after its
+    prefix (``load_dwordx4``, ``store_short_d16_hi``, ``atomic_cmpswap_x2``, ``load_lds_dword``);
+    None when it names no op of ours."""
+    if rest.startswith("load_lds_"):
+        op = vmem_op("load_" + rest[len("load_lds_"):])
+        return None if op is None else op._replace(lds=True)
+    kind, _, sfx = rest.partition("_")
+    if kind == "load" and sfx in _LOAD:
+        nbytes, how = _LOAD[sfx]
+        return VmemOp("load", nbytes, how=how)
+    if kind == "store" and sfx in _STORE:
+        nbytes, shift = _STORE[sfx]
+        return VmemOp("store", nbytes, shift=shift)
+    if kind == "atomic":
+        x2 = sfx.endswith("_x2")
+        op = _ATOMIC.get(sfx[:-3] if x2 else sfx)
+        if op is not None:
+            return VmemOp("atomic", 8 if (x2 or op == "add_f64") else 4, atomic=op)
+    return None
 
 
 # ------------------------------------------------------------------ SMEM ----
@@ -229,25 +257,10 @@ def build_buffer(ins, ctx, name):
     inst_off = int(m.get("offset", 0))
     lds_mode = bool(m.get("lds"))
     line = ins.line
-    if name.startswith("buffer_load_"):
-        kind, sfx = "load", _suffix(name, "buffer_load_")
-        if sfx not in _LOAD:
-            return None
-        nbytes, how = _LOAD[sfx]
-    elif name.startswith("buffer_store_"):
-        kind, sfx = "store", _suffix(name, "buffer_store_")
-        if sfx not in _STORE:
-            return None
-        nbytes, shift = _STORE[sfx]
-    elif name.startswith("buffer_atomic_"):
-        kind, sfx = "atomic", _suffix(name, "buffer_atomic_")
-        x2 = sfx.endswith("_x2")
-        op = _ATOMIC.get(sfx[:-3] if x2 else sfx)
-        if op is None:
-            return None
-        nbytes = 8 if (x2 or op == "add_f64") else 4
-    else:
+    vop = vmem_op(name[len("buffer_"):])
+    if vop is None or vop.lds:
         return None
+    kind, nbytes, how, shift, op, _ = vop
     if kind == "atomic" and (m.get("glc") or m.get("sc0")):
         ret = True
     else:
@@ -398,32 +411,10 @@ def build_global(ins, ctx, name):
     flat = name.startswith("flat_")
     pre = "flat_" if flat else "global_"
     line = ins.line
-    rest = name[len(pre):]
-    lds_mode = False
-    if rest.startswith("load_lds_"):
-        kind, sfx, lds_mode = "load", rest[len("load_lds_"):], True
-        if sfx not in _LOAD:
-            return None
-        nbytes, how = _LOAD[sfx]
-    elif rest.startswith("load_"):
-        kind, sfx = "load", rest[len("load_"):]
-        if sfx not in _LOAD:
-            return None
-        nbytes, how = _LOAD[sfx]
-    elif rest.startswith("store_"):
-        kind, sfx = "store", rest[len("store_"):]
-        if sfx not in _STORE:
-            return None
-        nbytes, shift = _STORE[sfx]
-    elif rest.startswith("atomic_"):
-        kind, sfx = "atomic", rest[len("atomic_"):]
-        x2 = sfx.endswith("_x2")
-        op = _ATOMIC.get(sfx[:-3] if x2 else sfx)
-        if op is None:
-            return None
-        nbytes = 8 if (x2 or op == "add_f64") else 4
-    else:
+    vop = vmem_op(name[len(pre):])
+    if vop is None:
         return None
+    kind, nbytes, how, shift, op, lds_mode = vop
     ret = kind == "atomic" and len(o) == (3 if flat else 4)
     if kind == "load" and not lds_mode:
         di, ao, so = ctx.vidx(o[0]), o[1], (o[2] if len(o) > 2 else None)
@@ -438,8 +429,6 @@ def build_global(ins, ctx, name):
     lane_stride = 4 if nbytes <= 4 else 16
     saddr = so is not None and so.kind == "s"
     si = so.index if saddr else None
-    if lds_mode and ins.mods.get("lds") is None and not rest.startswith("load_lds_"):
-        raise ctx.err("bad LDS load form")
 
     def address(w, lanes):
         if saddr:
@@ -806,18 +795,15 @@ def build_scratch(ins, ctx, name):
         if k not in ("offset", "glc", "slc", "nt", "sc0", "sc1"):
             raise ctx.err(f"unsupported modifier {k!r}")
     inst_off = int(m.get("offset", 0))
-    rest = name[len("scratch_"):]
     line = ins.line
-    if rest.startswith("load_") and rest[5:] in _LOAD:
-        kind = "load"
-        nbytes, how = _LOAD[rest[5:]]
-        di, ao, so = ctx.vidx(o[0]), o[1], o[2]
-    elif rest.startswith("store_") and rest[6:] in _STORE:
-        kind = "store"
-        nbytes, shift = _STORE[rest[6:]]
-        ao, di, so = o[0], ctx.vidx(o[1]), o[2]
-    else:
+    vop = vmem_op(name[len("scratch_"):])
+    if vop is None or vop.lds or vop.kind == "atomic":
         return None
+    kind, nbytes, how, shift, _, _ = vop
+    if kind == "load":
+        di, ao, so = ctx.vidx(o[0]), o[1], o[2]
+    else:
+        ao, di, so = o[0], ctx.vidx(o[1]), o[2]
     ai = ctx.vidx(ao) if ao.kind in ("v", "a") else None
     si = so.index if so.kind == "s" else None
     ar = np.arange(nbytes, dtype=np.int64)

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import MemoryFault
+
 HEAP_BASE = 0x1_0000_0000
 GUARD = 4096
 ALIGN = 256
@@ -48,10 +50,6 @@ CHUNK_SHIFT = 16
 CHUNK = 1 << CHUNK_SHIFT
 #: Launches whose buffers hold more bytes than this map them lazily (smaller ones are copied in at once).
 LAZY_MIN_BYTES = 64 << 20
-
-
-class MemoryFault(ValueError):
-    """A global access hit an address no argument buffer covers."""
 
 
 def _round_up(x, a):

@@ -22,14 +22,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .errors import ParseError
+from .lexer import lex, split_top_level
+
 __all__ = [
     "Operand", "Instruction", "KernelSource", "ParseError",
     "parse_module", "parse_operand", "SGPR_SPECIAL",
 ]
-
-
-class ParseError(ValueError):
-    """The assembly text could not be understood (message names the line)."""
 
 
 # SGPR-space encodings of named scalar registers on GFX9 (LLVM AMDGPUUsage,
@@ -153,16 +152,6 @@ def parse_operand(tok: str, line: int = 0) -> Operand:
     raise ParseError(f"line {line}: cannot parse operand {tok!r}")
 
 
-_SPLIT_COMMA = re.compile(r",(?![^\[\(]*[\]\)])")
-_SPLIT_SPACE = re.compile(r"\s+(?![^\[\(]*[\]\)])")
-
-
-def _split_top(s: str, seps: str) -> list:
-    """Split on commas (seps == ",") or whitespace outside brackets/parentheses."""
-    pat = _SPLIT_COMMA if seps == "," else _SPLIT_SPACE
-    return [p for p in (x.strip() for x in pat.split(s)) if p]
-
-
 def _parse_mod_value(v: str):
     v = v.strip()
     if v.startswith("[") and v.endswith("]"):
@@ -190,8 +179,8 @@ def parse_instruction(text: str, line: int) -> Instruction:
             except ValueError:
                 raise ParseError(f"line {line}: cannot parse s_waitcnt operand {rest!r}") from None
         return Instruction(line, text, opcode, (), mods)
-    for piece in _split_top(rest, ","):
-        toks = _split_top(piece, " \t")
+    for piece in split_top_level(rest, ","):
+        toks = split_top_level(piece, None)
         if not toks:
             continue
         first, extra = toks[0], toks[1:]
@@ -290,37 +279,17 @@ def parse_yaml(text: str):
 
 
 # --------------------------------------------------------------- module ----
-_LABEL_LINE = re.compile(r"^([A-Za-z_.$][\w.$]*):\s*$")
-
-
-def _strip_comment(s: str) -> str:
-    for marker in (";", "//"):
-        i = s.find(marker)
-        if i >= 0:
-            s = s[:i]
-    return s.strip()
-
-
 def parse_module(text: str) -> dict:
     """Parse a whole ``.s`` file into {kernel name: KernelSource}."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("the ISA text is empty")
-    lines = text.splitlines()
+    lines, meta_text = lex(text)
     functions, descriptors, target = set(), {}, ""
-    meta_text, in_meta = [], False
     cur_desc = None
-    for raw in lines:
-        s = raw.strip()
-        if s.startswith(".amdgpu_metadata"):
-            in_meta = True
+    for ln in lines:
+        if ln.kind != "directive":
             continue
-        if s.startswith(".end_amdgpu_metadata"):
-            in_meta = False
-            continue
-        if in_meta:
-            meta_text.append(raw)
-            continue
-        s = _strip_comment(raw)
+        s = ln.text
         m = re.match(r"^\.type\s+([\w.$]+)\s*,\s*@function", s)
         if m:
             functions.add(m.group(1))
@@ -341,7 +310,7 @@ def parse_module(text: str) -> dict:
                     cur_desc[m.group(1)] = int(m.group(2), 0)
                 except ValueError:
                     cur_desc[m.group(1)] = m.group(2)
-    meta = parse_yaml("\n".join(meta_text)) if meta_text else {}
+    meta = parse_yaml(meta_text) if meta_text else {}
     meta_by_name = {}
     if isinstance(meta, dict):
         for k in meta.get("amdhsa.kernels") or []:
@@ -350,13 +319,9 @@ def parse_module(text: str) -> dict:
     kernels = {}
     names = set(descriptors) | functions
     cur = None
-    for lineno, raw in enumerate(lines, 1):
-        s = _strip_comment(raw)
-        if not s:
-            continue
-        m = _LABEL_LINE.match(s)
-        if m:
-            lab = m.group(1)
+    for ln in lines:
+        if ln.kind == "label":
+            lab = ln.text
             if lab in names:
                 cur = KernelSource(lab, [], {}, descriptors.get(lab, {}), meta_by_name.get(lab, {}), target)
                 kernels[lab] = cur
@@ -364,10 +329,8 @@ def parse_module(text: str) -> dict:
                 cur = None
             elif cur is not None:
                 cur.labels[lab] = len(cur.instructions)
-            continue
-        if cur is None or s.startswith("."):
-            continue
-        cur.instructions.append(parse_instruction(s, lineno))
+        elif ln.kind == "instruction" and cur is not None:
+            cur.instructions.append(parse_instruction(ln.text, ln.number))
     if not kernels:
         raise ParseError("no kernel found in the ISA text (no '.type NAME,@function' entry label)")
     return kernels

@@ -15,7 +15,8 @@ prints (``FLYDSL_DEBUG_DUMP_ASM=1`` -> ``22_final_isa.s``), with no AMDGPU tools
 * :func:`hot_loop` returns the instructions of the kernel's hottest loop.
 
 The occupancy model is documented on :func:`occupancy`; its constants are cited there. This parser
-is for studying kernels; the emulator has its own, stricter one.
+is for studying kernels; the emulator has its own, stricter one (both read the text through
+:mod:`gfx950emu.lexer`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import dataclasses
 import math
 import re
 from typing import Any, Iterable, Sequence
+
+from gfx950emu.lexer import lex, split_top_level
 
 __all__ = [
     "Instruction",
@@ -175,7 +178,6 @@ class Loop:
 # Parsing
 # --------------------------------------------------------------------------------------------
 
-_LABEL_RE = re.compile(r"^([A-Za-z_.$0-9][\w.$]*):(.*)$")
 _TYPE_FUNC_RE = re.compile(r"^\.type\s+([^\s,]+)\s*,\s*[@%]function\b")
 _SIZE_RE = re.compile(r"^\.size\s+([^\s,]+)\s*,")
 _KD_BEGIN_RE = re.compile(r"^\.amdhsa_kernel\s+(\S+)")
@@ -183,37 +185,6 @@ _KD_FIELD_RE = re.compile(r"^\.amdhsa_(\w+)\s+(.+)$")
 _SET_RE = re.compile(r"^\.set\s+([^\s,]+)\s*,\s*(.+)$")
 _INT_RE = re.compile(r"^[-+]?(0x[0-9a-fA-F]+|\d+)$")
 _FUNCTION_END_LABEL = re.compile(r"^\.Lfunc_end\d*$")
-
-
-def _strip_comment(line: str) -> str:
-    """Drop an AMDGPU asm comment (from ``;`` or ``//`` to the end of line) outside quotes."""
-    quoted = False
-    for pos, ch in enumerate(line):
-        if ch == '"':
-            quoted = not quoted
-        elif not quoted and (ch == ";" or line.startswith("//", pos)):
-            return line[:pos].rstrip()
-    return line.rstrip()
-
-
-def _split_top_level(text: str, sep: str) -> list[str]:
-    """Split on ``sep`` (a comma, or None for runs of whitespace) outside ``[]`` and ``()``."""
-    parts, cur, depth = [], [], 0
-    for ch in text:
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth = max(0, depth - 1)
-        is_sep = (ch.isspace() if sep is None else ch == sep) and depth == 0
-        if is_sep:
-            if cur or sep is not None:
-                parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if cur or (sep is not None and parts):
-        parts.append("".join(cur).strip())
-    return [p for p in parts if p] if sep is None else parts
 
 
 def _parse_instruction(text: str, line: int, in_asm: bool) -> Instruction:
@@ -227,8 +198,8 @@ def _parse_instruction(text: str, line: int, in_asm: bool) -> Instruction:
         # ``s_waitcnt vmcnt(0) lgkmcnt(0)`` (counters joined by spaces or '&'): all operands.
         words = [w for w in re.split(r"[\s&]+", rest) if w]
         return Instruction(opcode, tuple(words), (), line, text, in_asm)
-    parts = _split_top_level(rest, ",")
-    words = _split_top_level(parts[-1], None)
+    parts = split_top_level(rest, ",")
+    words = split_top_level(parts[-1], None)
     operands = [p for p in parts[:-1]] + words[:1]
     modifiers = words[1:]
     return Instruction(opcode, tuple(operands), tuple(modifiers), line, text, in_asm)
@@ -257,12 +228,12 @@ def _resolve(value: Any, table: dict[str, Any], depth: int = 0) -> Any:
         return _resolve(table[text], table, depth + 1)
     m = re.fullmatch(r"max\((.*)\)", text)
     if m:
-        args = [_resolve(a, table, depth + 1) for a in _split_top_level(m.group(1), ",")]
+        args = [_resolve(a, table, depth + 1) for a in split_top_level(m.group(1), ",")]
         if args and all(isinstance(a, int) for a in args):
             return max(args)
         return value
     if "+" in text:
-        args = [_resolve(a, table, depth + 1) for a in _split_top_level(text, "+")]
+        args = [_resolve(a, table, depth + 1) for a in split_top_level(text, "+")]
         if args and all(isinstance(a, int) for a in args):
             return sum(args)
     return value
@@ -328,43 +299,17 @@ def parse(isa_text: str) -> list[Kernel]:
     """
     if not isinstance(isa_text, str):
         raise ValueError(f"parse() needs the .s text as a str, got {type(isa_text).__name__}.")
+    lines, meta_text = lex(isa_text)
     functions: set[str] = set()
     kernels: dict[str, Kernel] = {}
     order: list[str] = []
     symbols: dict[str, Any] = {}
     descriptors: dict[str, dict[str, Any]] = {}
-    meta_lines: list[str] | None = None
-    meta_text = ""
-
     current: Kernel | None = None
-    in_asm = False
     in_kd: str | None = None
 
-    def close() -> None:
-        nonlocal current, in_asm
-        current, in_asm = None, False
-
-    for lineno, raw in enumerate(isa_text.splitlines(), start=1):
-        stripped = raw.strip()
-        if meta_lines is not None:
-            if stripped == ".end_amdgpu_metadata":
-                meta_text = "\n".join(meta_lines)
-                meta_lines = None
-            else:
-                meta_lines.append(raw)
-            continue
-        if stripped == ".amdgpu_metadata":
-            meta_lines = []
-            continue
-        if stripped.startswith(";;#ASMSTART"):
-            in_asm = True
-            continue
-        if stripped.startswith(";;#ASMEND"):
-            in_asm = False
-            continue
-        line = _strip_comment(stripped)
-        if not line:
-            continue
+    for ln in lines:
+        line = ln.text
         if in_kd is not None:
             if line.startswith(".end_amdhsa_kernel"):
                 in_kd = None
@@ -373,51 +318,41 @@ def parse(isa_text: str) -> list[Kernel]:
                 if m:
                     descriptors[in_kd][m.group(1)] = _to_value(m.group(2))
             continue
-        m = _KD_BEGIN_RE.match(line)
-        if m:
-            in_kd = m.group(1)
-            descriptors.setdefault(in_kd, {})
-            close()
-            continue
-        m = _LABEL_RE.match(line)
-        if m:
-            label = m.group(1)
-            if label in functions:
-                close()
-                current = Kernel(label, [], {}, {})
-                kernels[label] = current
-                order.append(label)
+        if ln.kind == "label":
+            if line in functions:
+                current = Kernel(line, [], {}, {})
+                kernels[line] = current
+                order.append(line)
             elif current is not None:
-                if _FUNCTION_END_LABEL.match(label):
-                    close()
+                if _FUNCTION_END_LABEL.match(line):
+                    current = None
                 else:
-                    current.labels[label] = len(current.instructions)
-            # Anything after the colon (rare: ``label: instr``) is an instruction.
-            rest = m.group(2).strip()
-            if rest and current is not None and not rest.startswith("."):
-                current.instructions.append(_parse_instruction(rest, lineno, in_asm))
+                    current.labels[line] = len(current.instructions)
             continue
-        if line.startswith("."):
+        if ln.kind == "directive":
+            m = _KD_BEGIN_RE.match(line)
+            if m:
+                in_kd = m.group(1)
+                descriptors.setdefault(in_kd, {})
+                current = None
+                continue
             m = _TYPE_FUNC_RE.match(line)
             if m:
                 functions.add(m.group(1))
                 continue
             m = _SIZE_RE.match(line)
             if m and current is not None and m.group(1) == current.name:
-                close()
+                current = None
                 continue
             m = _SET_RE.match(line)
             if m:
                 symbols[m.group(1)] = m.group(2).strip()
                 continue
-            if line.startswith((".section", ".text", ".data", ".rodata")) and not in_asm:
-                close()
+            if line.startswith((".section", ".text", ".data", ".rodata")) and not ln.in_asm:
+                current = None
             continue
         if current is not None:
-            current.instructions.append(_parse_instruction(line, lineno, in_asm))
-
-    if meta_lines is not None:
-        raise ValueError("the .s text has an .amdgpu_metadata block without .end_amdgpu_metadata.")
+            current.instructions.append(_parse_instruction(line, ln.number, ln.in_asm))
     if not order:
         raise ValueError(
             "no kernel function found in the .s text (expected a '.type <name>,@function' "

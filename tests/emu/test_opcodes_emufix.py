@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import gfx950emu
-from gfx950emu.decode import DecodeError
-from gfx950emu.memops import ExecError
+from gfx950emu.errors import DecodeError, ExecError
 
 from emu_asm import as_f32, f32, run_salu, run_valu
 

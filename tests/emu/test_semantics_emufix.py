@@ -7,8 +7,7 @@ import pytest
 import gfx950emu
 from gfx950emu import fpformats as fpf
 from gfx950emu import mfma
-from gfx950emu.decode import DecodeError
-from gfx950emu.memops import ExecError
+from gfx950emu.errors import DecodeError, ExecError
 
 import emu_asm
 from emu_asm import as_f32, f32, run_valu

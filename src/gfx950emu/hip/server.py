@@ -204,7 +204,7 @@ class Device:
                 self._record(name, e.code, str(e))
                 return e.code
             except Exception as e:           # a Python failure must never unwind into C
-                from ..memory import MemoryFault
+                from ..errors import MemoryFault
                 code = UNKNOWN
                 if name == "hipModuleLaunchKernel":
                     code = ILLEGAL_ADDRESS if isinstance(e, MemoryFault) else LAUNCH_FAILURE

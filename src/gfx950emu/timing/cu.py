@@ -28,9 +28,9 @@ import re
 
 import numpy as np
 
-from .. import decode as D
 from .. import mfma as _mfma
-from ..memops import ExecError
+from .. import operands as D
+from ..errors import ExecError
 
 KINDS_BRANCHLIKE = ("branch", "waitcnt", "barrier", "nop", "end", "other")
 _ITYPE = {"valu": "V", "mfma": "V", "salu": "S", "vmem": "M", "lds": "L", "smem": "K"}
