@@ -21,9 +21,13 @@ def test_every_metric_names_a_known_region_and_says_what_it_is():
 @pytest.mark.parametrize("name", list(SETS))
 def test_every_set_is_ordered_names_of_the_table(name):
     keys = SETS[name]
-    assert len(set(keys)) == len(keys)
-    if name != "fingerprint":
-        assert set(keys) <= set(metrics.METRICS)
+    assert len(set(keys)) == len(keys) and set(keys) <= set(metrics.METRICS)
+
+
+def test_a_metric_in_two_sets_has_one_name():  # issue #20: sign_shifts was sign_fixes, buffer_store_16B b16
+    fp, moe, gemm = (set(SETS[n]) for n in ("fingerprint", "moe", "gemm"))
+    assert {"sign_shifts", "mad_64", "kernarg_bytes", "s_load"} <= fp & moe
+    assert {"buffer_store_2B", "buffer_store_16B"} <= fp & gemm
 
 
 _MFMA = "\tv_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]\n"

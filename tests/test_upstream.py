@@ -38,8 +38,8 @@ def test_fingerprint_of_a_kernel_with_nested_loops_reuses_metrics():
         assert fp[key] == m[key], key
     assert fp["kernarg_bytes"] == 16  # .amdhsa_kernarg_size
     # stores {1: 1, 2: 1, 4: 1, 8: 1, 16: 2}
-    assert (fp["buffer_store"], fp["buffer_store_b1"], fp["buffer_store_b2"], fp["buffer_store_b4"],
-            fp["buffer_store_b8"], fp["buffer_store_b12"], fp["buffer_store_b16"]) == (6, 1, 1, 1, 1, 0, 2)
+    assert (fp["buffer_store"], fp["buffer_store_1B"], fp["buffer_store_2B"], fp["buffer_store_4B"],
+            fp["buffer_store_8B"], fp["buffer_store_12B"], fp["buffer_store_16B"]) == (6, 1, 1, 1, 1, 0, 2)
     assert fp["s_load"] == 1
     assert fp["s_waitcnt_per_128_mfma"] == 128.0  # 2 waits over 2 MFMAs
     assert fp["loop_s_waitcnt_per_128_mfma"] == 64.0 and fp["loop_instructions_per_128_mfma"] == 14 * 64
@@ -60,7 +60,7 @@ def test_fingerprint_counts_the_added_opcode_classes():
     fp = metrics.fingerprint(_kernel_text(body))
     assert (fp["m0_writes"], fp["v_readfirstlane"], fp["insts_before_first_buffer_load"]) == (3, 2, 5)
     assert (fp["ds_read"], fp["ds_write"], fp["v_permlane"]) == (2, 1, 2)
-    assert (fp["v_exp_f32"], fp["v_ldexp_f32"], fp["mad_64"], fp["sign_fixes"]) == (1, 1, 2, 2)
+    assert (fp["v_exp_f32"], fp["v_ldexp_f32"], fp["mad_64"], fp["sign_shifts"]) == (1, 1, 2, 2)
     assert (fp["global_store"], fp["global_atomic"], fp["buffer_store"]) == (1, 1, 0)
     # No MFMA and no loop: the per-128-MFMA ratios are not applicable.
     assert fp["mfma"] == 0 and fp["s_waitcnt_per_128_mfma"] is None and fp["loop_s_waitcnt_per_128_mfma"] is None

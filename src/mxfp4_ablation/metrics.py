@@ -375,8 +375,8 @@ MOE_KEYS = SCALAR_KEYS + (
     "v_mad_u64_u32", "mad_64", "asm_s_waitcnt", "epilogue_instructions",
 )
 
-#: The metrics of :func:`fingerprint`, in order.
-_FINGERPRINT_METRICS = (
+#: The keys of :func:`fingerprint`, in order.
+FINGERPRINT_KEYS = (
     "vgpr_unified", "arch_vgpr", "agpr", "sgpr", "lds_bytes", "kernarg_bytes",
     "instructions", "mfma", "s_waitcnt", "s_waitcnt_per_128_mfma",
     "loop_instructions", "loop_mfma", "loop_s_waitcnt",
@@ -388,12 +388,7 @@ _FINGERPRINT_METRICS = (
     "v_exp_f32", "v_ldexp_f32", "mad_64", "sign_shifts",
 )
 
-#: The names the fingerprints give some of those metrics.
-_FINGERPRINT_NAMES = {**{f"buffer_store_{w}B": f"buffer_store_b{w}" for w in STORE_WIDTHS}, "sign_shifts": "sign_fixes"}
-#: The keys of :func:`fingerprint`, in order.
-FINGERPRINT_KEYS = tuple(_FINGERPRINT_NAMES.get(k, k) for k in _FINGERPRINT_METRICS)
-
-assert all(k in METRICS for k in KERNEL_KEYS + GEMM_KEYS + MOE_KEYS + _FINGERPRINT_METRICS)
+assert all(k in METRICS for k in KERNEL_KEYS + GEMM_KEYS + MOE_KEYS + FINGERPRINT_KEYS)
 
 
 def kernel_metrics(isa_text: Any, kernel: str | None = None) -> dict[str, Any]:
@@ -415,8 +410,7 @@ def moe_metrics(isa_text: Any) -> dict[str, Any]:
 def fingerprint(isa_text: Any, kernel: str | None = None) -> dict[str, Any]:
     """:data:`FINGERPRINT_KEYS` of one kernel: the flat numbers (ints, floats or None) a kernel is
     compared by with another project's kernel."""
-    values = KernelView(isa_text, kernel).values(_FINGERPRINT_METRICS)
-    return {_FINGERPRINT_NAMES.get(k, k): v for k, v in values.items()}
+    return KernelView(isa_text, kernel).values(FINGERPRINT_KEYS)
 
 
 #: Metric set name (a family's ``METRICS``) -> function of ISA text.
