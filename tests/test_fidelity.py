@@ -7,14 +7,14 @@ import math
 import pandas as pd
 import pytest
 
-from mxfp4_ablation import fidelity, isa, plots
+from mxfp4_ablation import fidelity, metrics, plots
 from mxfp4_ablation import fidelity as F
 
 SHAPE = "M=8192 N=8192 K=8192"
 
 
 def _fp(**values):
-    base = {k: 0 for k in isa.FINGERPRINT_KEYS}
+    base = {k: 0 for k in metrics.FINGERPRINT_KEYS}
     base.update(loop_instructions=None, loop_mfma=None, loop_s_waitcnt=None, loop_instructions_per_128_mfma=None,
                 loop_s_waitcnt_per_128_mfma=None)
     base.update(values)
@@ -106,7 +106,7 @@ def test_our_shape_and_case_labels():
 
 def test_committed_fingerprints_cover_every_seed_before_and_after():
     df = fidelity.load_fingerprints()
-    assert set(df["metric"]) == set(isa.FINGERPRINT_KEYS)
+    assert set(df["metric"]) == set(metrics.FINGERPRINT_KEYS)
     assert set(df["flydsl_version"].astype(str)) == {"0.5.0"}
     for name, seed in fidelity.SEEDS.items():
         cases = fidelity.upstream_cases(df, seed)

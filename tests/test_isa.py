@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mxfp4_ablation import isa
+from mxfp4_ablation import isa, metrics
 
 DATA = Path(__file__).parent / "data" / "isa"
 
@@ -217,8 +217,8 @@ def test_metadata_fallback_parser_agrees_with_yaml(two_kernels):
 
 
 def test_metrics_of_a_kernel_with_nested_loops_agprs_and_lds(two_kernels):
-    m = isa.metrics(two_kernels, "alpha")
-    assert list(m) == list(isa.METRIC_KEYS)
+    m = metrics.kernel_metrics(two_kernels, "alpha")
+    assert list(m) == list(metrics.KERNEL_KEYS)
     assert json.loads(json.dumps(m)) is not None  # JSON-friendly
     expected = {
         "vgpr_unified": 42,  # roundup(21, 4) + 18 AGPRs, = .amdhsa_next_free_vgpr
@@ -249,7 +249,7 @@ def test_metrics_of_a_kernel_with_nested_loops_agprs_and_lds(two_kernels):
 
 
 def test_metrics_of_a_kernel_without_loop_or_buffer_ops(two_kernels):
-    m = isa.metrics(two_kernels, "beta")
+    m = metrics.kernel_metrics(two_kernels, "beta")
     assert m["loop_instructions"] is m["loop_mfma"] is m["loop_s_waitcnt"] is None  # forward branch only
     assert m["insts_before_first_buffer_load"] is None  # a global_load is not a buffer_load
     assert m["buffer_store_by_width"] == {}
@@ -275,7 +275,7 @@ def test_hot_loop_prefers_more_mfma_over_more_instructions():
         ".LBB0_2:\n\tv_mfma_f32_32x32x16_bf16 v[0:15], v[16:19], v[20:23], v[0:15]\n"
         "\tv_mfma_f32_32x32x16_bf16 v[0:15], v[16:19], v[20:23], v[0:15]\n\ts_cbranch_vccnz .LBB0_2\n"
     )
-    m = isa.metrics(text)
+    m = metrics.kernel_metrics(text)
     assert (m["loop_instructions"], m["loop_mfma"]) == (3, 2)
     assert m["vgpr_unified"] is None and m["occupancy_waves_per_simd"] is None  # no resource info at all
 
@@ -335,8 +335,8 @@ def test_occupancy_model(vgpr, sgpr, lds, wg, expected):
 
 
 def test_diff_and_diff_table(two_kernels):
-    a, b = isa.metrics(two_kernels, "alpha"), isa.metrics(two_kernels, "beta")
-    d = isa.diff(a, b)
+    a, b = metrics.kernel_metrics(two_kernels, "alpha"), metrics.kernel_metrics(two_kernels, "beta")
+    d = metrics.diff(a, b)
     assert set(d) == {"metrics", "opcodes", "buffer_store_by_width"}
     assert d["metrics"]["instructions"] == {"a": 25, "b": 5, "delta": -20, "ratio": 0.2}
     assert d["metrics"]["loop_mfma"] == {"a": 2, "b": None, "delta": None, "ratio": None}
@@ -345,16 +345,16 @@ def test_diff_and_diff_table(two_kernels):
     assert d["opcodes"]["s_endpgm"]["ratio"] == 1.0
     assert d["buffer_store_by_width"][16] == {"a": 2, "b": 0, "delta": -2, "ratio": 0.0}
     # A JSON round trip turns store widths into strings; diff reads them back as integers.
-    same = isa.diff(a, json.loads(json.dumps(a)))
+    same = metrics.diff(a, json.loads(json.dumps(a)))
     assert all(c["delta"] in (0, None) for section in same.values() for c in section.values())
     assert set(same["buffer_store_by_width"]) == {1, 2, 4, 8, 16}
 
-    table = isa.diff_table(a, b)
+    table = metrics.diff_table(a, b)
     assert list(table.columns) == ["section", "name", "a", "b", "delta", "ratio"]
     assert len(table) == len(d["metrics"]) + len(d["opcodes"]) + len(d["buffer_store_by_width"])
     row = table[(table.section == "metrics") & (table.name == "mfma")].iloc[0]
     assert (row.a, row.b, row.delta) == (2, 0, -2)
-    changed = isa.diff_table(a, b, changed_only=True)
+    changed = metrics.diff_table(a, b, changed_only=True)
     assert "s_endpgm" not in set(changed.name) and "mfma" in set(changed.name)
 
 
@@ -368,11 +368,11 @@ def test_diff_and_diff_table(two_kernels):
     [
         (lambda t: isa.parse("\t.text\n\ts_endpgm\n"), "no kernel function found"),
         (lambda t: isa.parse(b"bytes"), "needs the .s text as a str"),
-        (lambda t: isa.metrics(t), "holds 2 kernels \\(alpha, beta\\); pass kernel="),
-        (lambda t: isa.metrics(t, "gamma"), "no kernel named 'gamma'"),
+        (lambda t: metrics.kernel_metrics(t), "holds 2 kernels \\(alpha, beta\\); pass kernel="),
+        (lambda t: metrics.kernel_metrics(t, "gamma"), "no kernel named 'gamma'"),
         (lambda t: isa.parse(t.replace(".end_amdgpu_metadata", "")), "without .end_amdgpu_metadata"),
         (lambda t: isa.parse(t.replace("amdhsa.kernels:", "amdhsa.kernels: [")), "not valid YAML"),
-        (lambda t: isa.diff({"mfma": 1}, isa.metrics(t, "beta")), "argument a is not one"),
+        (lambda t: metrics.diff({"mfma": 1}, metrics.kernel_metrics(t, "beta")), "argument a is not one"),
     ],
 )
 def test_bad_input_raises_one_clear_value_error(two_kernels, call, match):
@@ -389,7 +389,7 @@ def test_numeric_local_labels_in_asm_blocks_are_labels():
 
 def test_kernel_name_may_omit_flydsl_suffix(two_kernels):
     text = two_kernels.replace("beta", "beta_0")
-    assert isa.metrics(text, "beta")["sgpr"] == 105
+    assert metrics.kernel_metrics(text, "beta")["sgpr"] == 105
 
 
 # ----------------------------------------------------------------------------------------------
@@ -400,7 +400,7 @@ def test_kernel_name_may_omit_flydsl_suffix(two_kernels):
 @pytest.mark.parametrize("name, unroll", [("loop_u1", 1), ("loop_u2", 2)])
 def test_compiled_loop_kernel_hot_loop_issues_the_mfmas_of_each_k_tile(compiled, name, unroll):
     text = compiled[name].isa
-    m = isa.metrics(text)
+    m = metrics.kernel_metrics(text)
     assert m["loop_mfma"] == MFMA_PER_KTILE * unroll
     body = isa.hot_loop(text)
     assert len(body) == m["loop_instructions"]
@@ -417,8 +417,8 @@ def test_compiled_loop_kernel_hot_loop_issues_the_mfmas_of_each_k_tile(compiled,
 
 
 def test_compiled_unroll_doubles_the_loop(compiled):
-    u1, u2 = isa.metrics(compiled["loop_u1"].isa), isa.metrics(compiled["loop_u2"].isa)
-    d = isa.diff(u1, u2)
+    u1, u2 = metrics.kernel_metrics(compiled["loop_u1"].isa), metrics.kernel_metrics(compiled["loop_u2"].isa)
+    d = metrics.diff(u1, u2)
     assert d["metrics"]["loop_mfma"]["ratio"] == 2.0
     assert d["metrics"]["loop_instructions"]["delta"] > 0
     assert d["opcodes"]["v_mfma_f32_16x16x4_f32"]["delta"] > 0
@@ -428,7 +428,7 @@ def test_compiled_unroll_doubles_the_loop(compiled):
 def test_compiled_register_counts_agree_with_metadata(compiled, name):
     text = compiled[name].isa
     kernel = isa.parse(text)[0]
-    m = isa.metrics(text)
+    m = metrics.kernel_metrics(text)
     # vgpr_unified is what the descriptor allocates; the toolchain's quick reader agrees.
     assert m["vgpr_unified"] == kernel.descriptor["next_free_vgpr"] == compiled[name].resources["vgpr_unified"]
     assert m["vgpr_unified"] >= isa.unified_vgprs(m["arch_vgpr"], m["agpr"]) == kernel.metadata[".vgpr_count"]
@@ -438,12 +438,12 @@ def test_compiled_register_counts_agree_with_metadata(compiled, name):
     assert m["scratch_bytes"] == 0 and m["occupancy_waves_per_simd"] >= 1
     if m["agpr"] == 0:
         assert m["vgpr_unified"] == kernel.metadata[".vgpr_count"]
-    assert isa.metrics(compiled[name]) == m  # an Artifact is accepted as it is
+    assert metrics.kernel_metrics(compiled[name]) == m  # an Artifact is accepted as it is
 
 
 def test_compiled_lds_kernel_with_inline_asm(compiled):
     text = compiled["lds_asm"].isa
-    m = isa.metrics(text)
+    m = metrics.kernel_metrics(text)
     assert m["lds_bytes"] == 16384 * 4
     # 64 KiB per workgroup -> 2 workgroups per CU, 4 waves each -> 2 waves per SIMD.
     assert m["occupancy_waves_per_simd"] == 2
@@ -473,4 +473,4 @@ def test_max_lds_run_counts_lds_traffic_between_mfmas():
     # a plain buffer_load is not LDS traffic
     assert isa.max_lds_run(body) == 3
     assert isa.max_lds_run(None) is None
-    assert isa.fingerprint(text)["loop_max_lds_run"] == 3
+    assert metrics.fingerprint(text)["loop_max_lds_run"] == 3

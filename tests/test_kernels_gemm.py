@@ -208,7 +208,7 @@ def test_small_v7_has_the_scaled_fp4_mfma_lds_dma_and_wide_stores(small_v7):
     assert all("cbsz:4" in i.modifiers and "blgp:4" in i.modifiers for i in mfma)
     assert sum(1 for i in mfma if i.operands[3] == "0") == 64  # first K half starts from constant 0
     assert sum(1 for i in insts if i.opcode.startswith("buffer_load") and "lds" in i.modifiers) == 16 + 1
-    m = isa.metrics(small_v7.isa)
+    m = metrics.kernel_metrics(small_v7.isa)
     assert m["buffer_store_by_width"] == {16: 32}
     assert m["scratch_bytes"] == 0 and m["agpr"] > 0
     assert m["lds_bytes"] == 2 * gemm.STAGE + gemm.RING_SLOTS * gemm.RING_SLOT
@@ -233,7 +233,7 @@ def test_every_rung_runs_128_scaled_mfmas_per_k_step_in_its_loop(ladder):
         assert all("cbsz:4" in i.modifiers and "blgp:4" in i.modifiers for i in mfma), name
         assert _count(loop, r"buffer_load_dwordx4") >= 2 * gemm.LOADS_PER_STEP, name
         if "agpr_acc" in F.switch_set(name):  # v0 may spill, as the seed's kernel did before AGPR pinning
-            assert isa.metrics(art.isa)["scratch_bytes"] == 0, name
+            assert metrics.kernel_metrics(art.isa)["scratch_bytes"] == 0, name
 
 
 @pytest.mark.slow
@@ -241,7 +241,7 @@ def test_agpr_acc_removes_accumulator_shuffling(ladder):
     v0, v1 = _loop(ladder["gemm-v0"]), _loop(ladder["gemm-v1"])
     assert _count(v0, r"v_accvgpr_(read|write|mov)_b32") > 0
     assert _count(v1, r"v_accvgpr_(read|write|mov)_b32") == 0
-    m0, m1 = isa.metrics(ladder["gemm-v0"].isa), isa.metrics(ladder["gemm-v1"].isa)
+    m0, m1 = metrics.kernel_metrics(ladder["gemm-v0"].isa), metrics.kernel_metrics(ladder["gemm-v1"].isa)
     assert m1["agpr"] == 256 and m1["arch_vgpr"] < m0["arch_vgpr"]
     # PR #756's kernel (FlyDSL before #990) zero-initialises the 256 AGPRs: one write each, none in the loop.
     assert m1["v_accvgpr_write"] == 256
@@ -310,7 +310,7 @@ def test_b_carry_folds_the_per_fragment_waits(ladder):
 
 @pytest.mark.slow
 def test_k_unroll4_runs_four_k_steps_per_iteration_and_peels_two(ladder):
-    mb, ma = isa.metrics(ladder[_before("k_unroll4")].isa), isa.metrics(ladder[_rung("k_unroll4")].isa)
+    mb, ma = metrics.kernel_metrics(ladder[_before("k_unroll4")].isa), metrics.kernel_metrics(ladder[_rung("k_unroll4")].isa)
     assert (mb["loop_mfma"], ma["loop_mfma"]) == (256, 512)
     # K = 3072 (12 steps): before, a 2-step body + 4 unrolled tail steps; after, 2 peeled + 4 + 2 (PR #990: 1024).
     assert (mb["mfma"], ma["mfma"]) == (768, 1024)
@@ -318,7 +318,7 @@ def test_k_unroll4_runs_four_k_steps_per_iteration_and_peels_two(ladder):
 
 @pytest.mark.slow
 def test_zero_first_k_drops_the_accumulator_zeroing(ladder):
-    mb, ma = isa.metrics(ladder[_before("zero_first_k")].isa), isa.metrics(ladder[_rung("zero_first_k")].isa)
+    mb, ma = metrics.kernel_metrics(ladder[_before("zero_first_k")].isa), metrics.kernel_metrics(ladder[_rung("zero_first_k")].isa)
     assert mb["v_accvgpr_write"] > 0 and ma["v_accvgpr_write"] == 0
     insts = isa.parse(ladder[_rung("zero_first_k")].isa)[0].instructions
     assert sum(1 for i in insts if i.opcode.startswith("v_mfma") and i.operands[3] == "0") == 64
@@ -326,15 +326,15 @@ def test_zero_first_k_drops_the_accumulator_zeroing(ladder):
 
 @pytest.mark.slow
 def test_wide_epilogue_stores_16_bytes_per_lane(ladder):
-    assert isa.metrics(ladder[_before("wide_epilogue")].isa)["buffer_store_by_width"] == {2: 256}
-    m6 = isa.metrics(ladder[_rung("wide_epilogue")].isa)
+    assert metrics.kernel_metrics(ladder[_before("wide_epilogue")].isa)["buffer_store_by_width"] == {2: 256}
+    m6 = metrics.kernel_metrics(ladder[_rung("wide_epilogue")].isa)
     assert m6["buffer_store_by_width"] == {16: 32}
     assert m6["opcode_histogram"].get("v_permlane16_swap_b32_e32", 0) == 64
 
 
 @pytest.mark.slow
 def test_static_prologue_removes_the_integer_division(ladder):
-    m6, m7 = isa.metrics(ladder[_before("static_prologue")].isa), isa.metrics(ladder[_rung("static_prologue")].isa)
+    m6, m7 = metrics.kernel_metrics(ladder[_before("static_prologue")].isa), metrics.kernel_metrics(ladder[_rung("static_prologue")].isa)
     assert m7["insts_before_first_buffer_load"] < m6["insts_before_first_buffer_load"]
     assert m6["opcode_histogram"].get("v_rcp_f32_e32", 0) > 0
     assert m7["opcode_histogram"].get("v_rcp_f32_e32", 0) == 0
@@ -345,7 +345,7 @@ def test_leave_one_out_variants_compile():
     names = [n for n, _ in F.leave_one_out()]
     arts = toolchain.compile_many([(TARGET, {**LADDER_SHAPE, "variant_name": n}) for n in names])
     for name, art in zip(names, arts):
-        assert isa.metrics(art.isa)["loop_mfma"] == (512 if "k_unroll4" in F.switch_set(name) else 256), name
+        assert metrics.kernel_metrics(art.isa)["loop_mfma"] == (512 if "k_unroll4" in F.switch_set(name) else 256), name
 
 
 # ---------------------------------------------------------------- numbers, in the emulator (slow)

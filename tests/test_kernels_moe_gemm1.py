@@ -28,7 +28,7 @@ def _compile(shape, switches, block_m=None):
 
 
 def _metrics(shape, switches, block_m=None):
-    return metrics.moe_kernel_counts(_compile(shape, switches, block_m))
+    return metrics.moe_metrics(_compile(shape, switches, block_m))
 
 
 def _emulate(shape, switches, block_m=None, seed=0):
@@ -161,8 +161,8 @@ def small_prefill():
 
 
 def _structure(art):
-    m = isa.metrics(art.isa)
-    fp = isa.fingerprint(art.isa)
+    m = metrics.kernel_metrics(art.isa)
+    fp = metrics.fingerprint(art.isa)
     return m, fp, m["opcode_histogram"]
 
 
@@ -208,18 +208,18 @@ def test_kernel_args_match_the_compiled_metadata(small_pair):
 
 
 def test_int64_abi_shrinks_the_kernargs_and_their_scalar_loads(small_pair):
-    off, on = (metrics.moe_kernel_counts(small_pair[n]) for n in ("moe1-v0", "moe1-v2"))
+    off, on = (metrics.moe_metrics(small_pair[n]) for n in ("moe1-v0", "moe1-v2"))
     assert (off["kernarg_bytes"], off["kernarg_entries"]) == (156, 21)  # 10 x (pointer + i32 length) + tokens
     assert (on["kernarg_bytes"], on["kernarg_entries"]) == (88, 11)  # the seed's 88
     assert (off["s_load"], on["s_load"]) == (11, 7)
 
 
 def test_exp2_leaves_a_bare_v_exp_in_the_epilogue(small_pair):
-    off, on = (metrics.moe_kernel_counts(small_pair[n]) for n in ("moe1-v0", "moe1-v2"))
-    assert on["v_exp_f32"] == off["v_exp_f32"] > 0
-    assert off["v_ldexp_f32"] == off["v_exp_f32"] and on["v_ldexp_f32"] == 0
-    assert on["v_cndmask"] == on["v_cmp"] == 0 < off["v_cndmask"]
-    assert off["valu"] - on["valu"] >= 7 * off["v_exp_f32"]  # ~7 VALU per element go
+    off, on = (metrics.moe_metrics(small_pair[n]) for n in ("moe1-v0", "moe1-v2"))
+    assert on["epi_v_exp_f32"] == off["epi_v_exp_f32"] > 0
+    assert off["epi_v_ldexp_f32"] == off["epi_v_exp_f32"] and on["epi_v_ldexp_f32"] == 0
+    assert on["epi_v_cndmask"] == on["epi_v_cmp"] == 0 < off["epi_v_cndmask"]
+    assert off["epi_valu"] - on["epi_valu"] >= 7 * off["epi_v_exp_f32"]  # ~7 VALU per element go
 
 
 def test_decode_block_is_byte_exact_in_the_emulator(small_pair):
@@ -248,10 +248,11 @@ def _neighbour_pairs():
 def _assert_switch_moves(switch, off, on):
     if switch == "int64_abi":
         assert on["kernarg_bytes"] < off["kernarg_bytes"] and on["s_load"] < off["s_load"]
-        assert on["v_ldexp_f32"] == off["v_ldexp_f32"]
+        assert on["epi_v_ldexp_f32"] == off["epi_v_ldexp_f32"]
     else:
-        assert on["v_exp_f32"] == off["v_exp_f32"] > 0 and on["v_ldexp_f32"] == 0 < off["v_ldexp_f32"]
-        assert on["v_cndmask"] < off["v_cndmask"] and on["v_cmp"] < off["v_cmp"] and on["valu"] < off["valu"]
+        assert on["epi_v_exp_f32"] == off["epi_v_exp_f32"] > 0 and on["epi_v_ldexp_f32"] == 0 < off["epi_v_ldexp_f32"]
+        assert on["epi_v_cndmask"] < off["epi_v_cndmask"] and on["epi_v_cmp"] < off["epi_v_cmp"]
+        assert on["epi_valu"] < off["epi_valu"]
         assert on["kernarg_bytes"] == off["kernarg_bytes"]
 
 
@@ -269,7 +270,7 @@ def test_every_variant_has_the_seeds_structure_at_the_kimi_shape(tokens):
     shape = dict(tokens=tokens, **KIMI)
     bm = K.default_block_m(tokens)
     for name, sw in ALL_VARIANTS:
-        m = isa.metrics(_compile(shape, sw).isa)
+        m = metrics.kernel_metrics(_compile(shape, sw).isa)
         assert m["scratch_bytes"] == 0, name
         # 28 K tiles unrolled: 224 / 1792 MFMAs, 30 barriers, 16 / 128 KiB of LDS, as the seed's kernels
         assert m["mfma"] == 8 * 28 * bm // 16 and m["loop_mfma"] is None, name

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from mxfp4_ablation import family, isa, toolchain, variants
+from mxfp4_ablation import family, isa, metrics, toolchain, variants
 from mxfp4_ablation.kernels import common
 from mxfp4_ablation.kernels import moe_gemm2 as m2
 from mxfp4_ablation.moe import host
@@ -40,7 +40,7 @@ def _on(name):
 
 
 def _hist(art):
-    return isa.metrics(art.isa)["opcode_histogram"]
+    return metrics.kernel_metrics(art.isa)["opcode_histogram"]
 
 
 def _count(art, *prefixes):
@@ -177,7 +177,7 @@ def test_every_ladder_variant_has_the_seeds_lds_staged_structure(small_ladder):
     regime, shape, arts = small_ladder
     mc = shape["block_m"] // 16
     for name, art in arts.items():
-        met = isa.metrics(art.isa)
+        met = metrics.kernel_metrics(art.isa)
         mfmas = re.findall(r"v_mfma_scale_f32_16x16x128_f8f6f4 .*", art.isa)
         assert all("cbsz:4" in x and "blgp:4" in x for x in mfmas), name
         assert art.resources["scratch_bytes"] == 0, name
@@ -233,7 +233,7 @@ def test_unsigned_div_drops_the_sign_corrections(small_ladder):
     # 36 -> 24 (the rest: the per-element sign extensions that epilogue_strength_reduction removes).
     assert signs == ([9, 4] if regime == "decode" else [36, 24])
     assert _count(arts["moe2-v4"], "s_ashr_i32", "v_ashrrev_i32") == (4 if regime == "decode" else 0)
-    assert isa.metrics(v2.isa)["instructions"] < isa.metrics(v1.isa)["instructions"]
+    assert metrics.kernel_metrics(v2.isa)["instructions"] < metrics.kernel_metrics(v1.isa)["instructions"]
 
 
 def _asm_barriers(art):
@@ -242,7 +242,7 @@ def _asm_barriers(art):
 
 def test_backend_waitcnt_replaces_the_non_atomic_fence(small_ladder):
     regime, _, arts = small_ladder
-    v2, v3 = isa.metrics(arts["moe2-v2"].isa), isa.metrics(arts["moe2-v3"].isa)
+    v2, v3 = metrics.kernel_metrics(arts["moe2-v2"].isa), metrics.kernel_metrics(arts["moe2-v3"].isa)
     if regime == "decode":
         # The atomic path keeps the seed's hand-counted fence in both PR sides: the same kernel.
         assert arts["moe2-v2"].isa.split(".amdgpu_metadata")[0] == arts["moe2-v3"].isa.split(".amdgpu_metadata")[0]
@@ -260,7 +260,7 @@ def test_backend_waitcnt_replaces_the_non_atomic_fence(small_ladder):
 
 def test_epilogue_strength_reduction_shrinks_the_non_atomic_epilogue(small_ladder):
     regime, _, arts = small_ladder
-    v3, v4 = (isa.metrics(arts[n].isa) for n in ("moe2-v3", "moe2-v4"))
+    v3, v4 = (metrics.kernel_metrics(arts[n].isa) for n in ("moe2-v3", "moe2-v4"))
     if regime == "decode":  # the atomic epilogue's offsets are 32-bit in both PR sides: the same kernel
         assert arts["moe2-v3"].isa.split(".amdgpu_metadata")[0] == arts["moe2-v4"].isa.split(".amdgpu_metadata")[0]
         return
@@ -280,7 +280,7 @@ def test_leave_one_out_variants_lose_their_switch_effect(regime):
         full, "s_ashr_i32", "v_ashrrev_i32")
     if regime == "prefill":
         assert _asm_waits(arts["moe2-v4-no-backend_waitcnt"]) == 2 and _asm_waits(full) == 0
-        assert isa.metrics(arts["moe2-v4-no-epilogue_strength_reduction"].isa)["instructions"] > isa.metrics(
+        assert metrics.kernel_metrics(arts["moe2-v4-no-epilogue_strength_reduction"].isa)["instructions"] > metrics.kernel_metrics(
             full.isa)["instructions"]
 
 
@@ -289,7 +289,7 @@ def test_leave_one_out_variants_lose_their_switch_effect(regime):
 def test_kimi_shape_compiles_and_each_switch_moves_its_metric(regime):
     shape = _shape(KIMI, KIMI_CASES[regime])
     arts = _compile(shape, LADDER)
-    met = {n: isa.metrics(a.isa) for n, a in arts.items()}
+    met = {n: metrics.kernel_metrics(a.isa) for n, a in arts.items()}
     for n in LADDER:  # the seed's MFMA counts: 16 at decode (no loop), 256 at prefill (128 in the tile loop)
         assert met[n]["mfma"] == (16 if regime == "decode" else 256)
         assert met[n]["loop_mfma"] == (None if regime == "decode" else 128)

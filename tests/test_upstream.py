@@ -1,4 +1,4 @@
-"""Tests for mxfp4_ablation.upstream (checkouts, CLI errors, named kernargs) and isa.fingerprint.
+"""Tests for mxfp4_ablation.upstream (checkouts, CLI errors, named kernargs) and metrics.fingerprint.
 
 Compiling upstream kernels needs an upstream checkout: the tests that do (marker ``upstream``, counted
 at the end of the run) take ``make upstream``'s checkouts under ``upstream/`` or the paths in
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mxfp4_ablation import isa, upstream
+from mxfp4_ablation import metrics, upstream, upstream_sources
 
 DATA = Path(__file__).parent / "data" / "isa"
 
@@ -28,9 +28,9 @@ def _kernel_text(body: str, name: str = "k") -> str:
 
 def test_fingerprint_of_a_kernel_with_nested_loops_reuses_metrics():
     text = (DATA / "two_kernels.s").read_text()
-    fp = isa.fingerprint(text, "alpha")
-    m = isa.metrics(text, "alpha")
-    assert tuple(fp) == isa.FINGERPRINT_KEYS
+    fp = metrics.fingerprint(text, "alpha")
+    m = metrics.kernel_metrics(text, "alpha")
+    assert tuple(fp) == metrics.FINGERPRINT_KEYS
     json.dumps(fp)
     for key in ("vgpr_unified", "arch_vgpr", "agpr", "sgpr", "lds_bytes", "instructions", "mfma", "s_waitcnt",
                 "s_barrier", "loop_instructions", "loop_mfma", "loop_s_waitcnt", "insts_before_first_buffer_load",
@@ -38,8 +38,8 @@ def test_fingerprint_of_a_kernel_with_nested_loops_reuses_metrics():
         assert fp[key] == m[key], key
     assert fp["kernarg_bytes"] == 16  # .amdhsa_kernarg_size
     # stores {1: 1, 2: 1, 4: 1, 8: 1, 16: 2}
-    assert (fp["buffer_store"], fp["buffer_store_b1"], fp["buffer_store_b2"], fp["buffer_store_b4"],
-            fp["buffer_store_b8"], fp["buffer_store_b12"], fp["buffer_store_b16"]) == (6, 1, 1, 1, 1, 0, 2)
+    assert (fp["buffer_store"], fp["buffer_store_1B"], fp["buffer_store_2B"], fp["buffer_store_4B"],
+            fp["buffer_store_8B"], fp["buffer_store_12B"], fp["buffer_store_16B"]) == (6, 1, 1, 1, 1, 0, 2)
     assert fp["s_load"] == 1
     assert fp["s_waitcnt_per_128_mfma"] == 128.0  # 2 waits over 2 MFMAs
     assert fp["loop_s_waitcnt_per_128_mfma"] == 64.0 and fp["loop_instructions_per_128_mfma"] == 14 * 64
@@ -57,10 +57,10 @@ def test_fingerprint_counts_the_added_opcode_classes():
         "\ts_ashr_i32 s3, s2, 31\n\tv_ashrrev_i32_e32 v3, 31, v2\n"
         "\tglobal_store_dword v0, v1, s[0:1]\n\tglobal_atomic_pk_add_bf16 v0, v1, s[0:1]\n"
     )
-    fp = isa.fingerprint(_kernel_text(body))
+    fp = metrics.fingerprint(_kernel_text(body))
     assert (fp["m0_writes"], fp["v_readfirstlane"], fp["insts_before_first_buffer_load"]) == (3, 2, 5)
     assert (fp["ds_read"], fp["ds_write"], fp["v_permlane"]) == (2, 1, 2)
-    assert (fp["v_exp_f32"], fp["v_ldexp_f32"], fp["mad_64"], fp["sign_fixes"]) == (1, 1, 2, 2)
+    assert (fp["v_exp_f32"], fp["v_ldexp_f32"], fp["mad_64"], fp["sign_shifts"]) == (1, 1, 2, 2)
     assert (fp["global_store"], fp["global_atomic"], fp["buffer_store"]) == (1, 1, 0)
     # No MFMA and no loop: the per-128-MFMA ratios are not applicable.
     assert fp["mfma"] == 0 and fp["s_waitcnt_per_128_mfma"] is None and fp["loop_s_waitcnt_per_128_mfma"] is None
@@ -69,9 +69,9 @@ def test_fingerprint_counts_the_added_opcode_classes():
 
 def test_fingerprint_bad_input_is_one_value_error():
     with pytest.raises(ValueError, match="pass kernel=<name>"):
-        isa.fingerprint((DATA / "two_kernels.s").read_text())
+        metrics.fingerprint((DATA / "two_kernels.s").read_text())
     with pytest.raises(ValueError, match="expected the .s text"):
-        isa.fingerprint(42)
+        metrics.fingerprint(42)
 
 
 # ---------------------------------------------------------------------------------- checkouts
@@ -96,12 +96,12 @@ def tiny_repo(tmp_path):
 
 def test_extract_writes_the_commit_and_keeps_an_existing_folder(tiny_repo, tmp_path):
     git, sha = tiny_repo
-    dest = upstream.extract(git, sha[:8], tmp_path / "out" / f"flydsl-{sha[:8]}")
+    dest = upstream_sources.extract(git, sha[:8], tmp_path / "out" / f"flydsl-{sha[:8]}")
     assert (dest / upstream.FLYDSL_GEMM_FILE).is_file()
-    assert upstream.commit_of(git, sha[:8]) == sha
+    assert upstream_sources.commit_of(git, sha[:8]) == sha
     assert upstream._has_param(dest, "MN") and not upstream._has_param(dest, "mn_aligned")
     (dest / "marker").write_text("kept")
-    assert upstream.extract(git, sha, dest) == dest and (dest / "marker").read_text() == "kept"
+    assert upstream_sources.extract(git, sha, dest) == dest and (dest / "marker").read_text() == "kept"
     digest = upstream.tree_digest(dest, upstream.FLYDSL_GEMM_DEPS)
     (dest / upstream.FLYDSL_GEMM_FILE).write_text("changed\n")
     assert upstream.tree_digest(dest, upstream.FLYDSL_GEMM_DEPS) != digest
@@ -110,9 +110,9 @@ def test_extract_writes_the_commit_and_keeps_an_existing_folder(tiny_repo, tmp_p
 def test_extract_bad_git_dir_or_commit_is_one_clear_error(tiny_repo, tmp_path):
     git, _ = tiny_repo
     with pytest.raises(upstream.UpstreamError, match="does not exist"):
-        upstream.extract(tmp_path / "nope.git", "abc", tmp_path / "d1")
+        upstream_sources.extract(tmp_path / "nope.git", "abc", tmp_path / "d1")
     with pytest.raises(upstream.UpstreamError, match="has no commit 'deadbeef'"):
-        upstream.extract(git, "deadbeef", tmp_path / "d2")
+        upstream_sources.extract(git, "deadbeef", tmp_path / "d2")
     assert not (tmp_path / "d2").exists()
 
 
@@ -186,9 +186,9 @@ def test_moe_grid_follows_the_aiter_host_rules():
 
 def test_device_libs_digest_needs_bitcode(tmp_path):
     with pytest.raises(upstream.UpstreamError, match="no device-library bitcode"):
-        upstream.device_libs_digest(tmp_path)
+        upstream_sources.device_libs_digest(tmp_path)
     (tmp_path / "ocml.bc").write_bytes(b"BC")
-    assert len(upstream.device_libs_digest(tmp_path)) == 64
+    assert len(upstream_sources.device_libs_digest(tmp_path)) == 64
 
 
 # ---------------------------------------------------------------------------------- real compiles
@@ -207,7 +207,7 @@ def _checkout(var: str, project: str, commit: str) -> Path:
 def test_flydsl_gemm_compiles_from_a_checkout():
     root = _checkout("MXFP4_FLYDSL_CHECKOUT", "flydsl", "741f3d6d")
     text = upstream.flydsl_gemm_isa(root, 8192, 8192, 8192)
-    fp = isa.fingerprint(text)
+    fp = metrics.fingerprint(text)
     assert fp["mfma"] > 0 and fp["lds_bytes"] >= 128 * 1024 and fp["kernarg_bytes"] == 84
 
 
@@ -216,7 +216,7 @@ def test_flydsl_gemm_compiles_from_a_checkout():
 def test_aiter_moe_gemm2_decode_compiles_from_a_checkout():
     root = _checkout("MXFP4_AITER_CHECKOUT", "aiter", "b242ba66a")
     helpers = _checkout("MXFP4_FLYDSL_CHECKOUT", "flydsl", "741f3d6d")
-    fp = isa.fingerprint(upstream.aiter_moe_isa(root, "gemm2", "decode", flydsl_helpers=helpers))
+    fp = metrics.fingerprint(upstream.aiter_moe_isa(root, "gemm2", "decode", flydsl_helpers=helpers))
     assert fp["mfma"] == 16 and fp["global_atomic"] > 0 and fp["lds_bytes"] == 16384
 
 
@@ -245,12 +245,12 @@ def test_fingerprint_rows_and_csv_from_written_isa(tmp_path):
     s.with_suffix(".json").write_text(json.dumps(info))
     (tmp_path / "flydsl" / "abcdef12" / "orphan.s").write_text(text)  # no .json beside: ignored
     rows = upstream.fingerprint_rows(tmp_path)
-    assert [r["metric"] for r in rows] == list(isa.FINGERPRINT_KEYS)
+    assert [r["metric"] for r in rows] == list(metrics.FINGERPRINT_KEYS)
     assert rows[0]["shape"] == "M=256 N=256 K=256" and rows[0]["stage"] == "gemm"
     assert {r["metric"]: r["value"] for r in rows}["mfma"] == 1
     out = upstream.write_fingerprints(tmp_path, tmp_path / "fp.csv")
     lines = out.read_text().splitlines()
-    assert lines[0] == ",".join(upstream.FINGERPRINT_COLUMNS) and len(lines) == 1 + len(isa.FINGERPRINT_KEYS)
+    assert lines[0] == ",".join(upstream.FINGERPRINT_COLUMNS) and len(lines) == 1 + len(metrics.FINGERPRINT_KEYS)
     with pytest.raises(upstream.UpstreamError, match="no compiled upstream kernels"):
         upstream.fingerprint_rows(tmp_path / "empty")
 
@@ -260,13 +260,13 @@ def test_fingerprint_rows_and_csv_from_written_isa(tmp_path):
 
 def test_fetch_gets_pinned_commits_from_a_clone_once_and_says_what_is_missing(tiny_repo, tmp_path):
     git, sha = tiny_repo
-    dest = upstream.fetch(str(git), tmp_path / "git" / "flydsl.git", [sha])
-    assert upstream.commit_of(dest, sha) == sha
-    assert upstream.fetch(str(git), dest, [sha]) == dest  # already there: nothing fetched
-    out = upstream.extract(dest, sha, upstream.checkout_dir("flydsl", sha, tmp_path))
+    dest = upstream_sources.fetch(str(git), tmp_path / "git" / "flydsl.git", [sha])
+    assert upstream_sources.commit_of(dest, sha) == sha
+    assert upstream_sources.fetch(str(git), dest, [sha]) == dest  # already there: nothing fetched
+    out = upstream_sources.extract(dest, sha, upstream_sources.checkout_dir("flydsl", sha, tmp_path))
     assert out.name == f"flydsl-{sha[:8]}" and (out / upstream.FLYDSL_GEMM_FILE).is_file()
     with pytest.raises(upstream.UpstreamError, match="could not fetch 0123456789ab .*FLYDSL_GIT"):
-        upstream.fetch(str(git), dest, ["0123456789abcdef0123456789abcdef01234567"])
+        upstream_sources.fetch(str(git), dest, ["0123456789abcdef0123456789abcdef01234567"])
 
 
 def test_device_libs_unpacks_a_deb_once(tmp_path):
@@ -284,12 +284,12 @@ def test_device_libs_unpacks_a_deb_once(tmp_path):
     deb = tmp_path / "rocm-device-libs_5.2.3-2_amd64.deb"
     subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(pkg), str(deb)], check=True, capture_output=True)
     root = tmp_path / "upstream"
-    libs = upstream.device_libs(root, deb)
+    libs = upstream_sources.device_libs(root, deb)
     assert libs == root / "rocm-device-libs-5.2.3" / "usr/lib/x86_64-linux-gnu/amdgcn/bitcode"
     assert (libs / "ocml.bc").read_bytes() == b"BC"
-    assert upstream.device_libs(root) == libs  # found again without the .deb
+    assert upstream_sources.device_libs(root) == libs  # found again without the .deb
     with pytest.raises(upstream.UpstreamError, match="does not exist"):
-        upstream.device_libs(root, tmp_path / "missing.deb")
+        upstream_sources.device_libs(root, tmp_path / "missing.deb")
 
 
 def test_cache_key_and_recorded_command_do_not_depend_on_where_the_checkout_is(tmp_path):

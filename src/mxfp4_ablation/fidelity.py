@@ -2,7 +2,7 @@
 
 An ablation of an upstream change decomposes it only if its first rung is the kernel the change
 started from and its last rung the kernel it merged. This module compares, metric by metric
-(:func:`mxfp4_ablation.isa.fingerprint`), our rungs with the upstream kernels whose fingerprints are
+(:func:`mxfp4_ablation.metrics.fingerprint`), our rungs with the upstream kernels whose fingerprints are
 committed in ``experiments/reference/fingerprints.csv`` (made by :mod:`mxfp4_ablation.upstream`;
 no upstream checkout is needed here):
 
@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from . import isa, paths, plots, toolchain, variants
+from . import metrics, paths, plots, toolchain, variants
 
 
 class FidelityError(ValueError):
@@ -141,7 +141,7 @@ def our_fingerprints(requests: Sequence[tuple[str, tuple[int, ...]]]) -> dict[tu
     """Compile ``(variant, shape)`` pairs (one toolchain worker for the cache misses) -> fingerprints."""
     vs = [(variants.get(name), shape) for name, shape in requests]
     arts = toolchain.compile_many([(v.target, v.params(tuple(shape))) for v, shape in vs])
-    return {(name, tuple(shape)): isa.fingerprint(art.isa) for (name, shape), art in zip(requests, arts)}
+    return {(name, tuple(shape)): metrics.fingerprint(art.isa) for (name, shape), art in zip(requests, arts)}
 
 
 # ------------------------------------------------------------------------------------ comparing
@@ -205,7 +205,7 @@ def fidelity_table(seeds: Sequence[str] | None = None, *, fingerprints: pd.DataF
                      & (df["commit"] == commit)]
             up_values = dict(zip(up["metric"], up["value"]))
             mine = have[(variant, our_shape(seed, shape))]
-            for metric in isa.FINGERPRINT_KEYS:
+            for metric in metrics.FINGERPRINT_KEYS:
                 result = compare(up_values.get(metric), mine.get(metric), seed.band_pct)
                 if result is None:
                     continue
@@ -420,10 +420,10 @@ def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = FIGU
               if cases is None or cases.get(s, c) == c]
     if not panels:
         raise FidelityError(f"no (seed, case) of the table matches {dict(cases or {})}")
-    metrics = [m for m in isa.FINGERPRINT_KEYS if m in set(table["metric"])]
+    names = [m for m in metrics.FINGERPRINT_KEYS if m in set(table["metric"])]
     colours = {"first~before": "#2166ac", "last~after": "#b2182b"}
     with plt.rc_context(plots.STYLE):
-        fig, axes = plt.subplots(1, len(panels), figsize=(max(5.6, 2.6 * len(panels) + 1.6), 0.17 * len(metrics) + 1.6),
+        fig, axes = plt.subplots(1, len(panels), figsize=(max(5.6, 2.6 * len(panels) + 1.6), 0.17 * len(names) + 1.6),
                                  sharey=True, squeeze=False)
         for ax, (seed, case) in zip(axes[0], panels):
             sub = table[(table["seed"] == seed) & (table["case"] == case)]
@@ -433,7 +433,7 @@ def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = FIGU
             for n, pair in enumerate(PAIRS):
                 part = sub[sub["pair"] == pair].set_index("metric")
                 ys, xs, edge_y, edge_x = [], [], [], []
-                for y, metric in enumerate(metrics):
+                for y, metric in enumerate(names):
                     if metric not in part.index:
                         continue
                     pct = part.at[metric, "diff_pct"]
@@ -456,8 +456,8 @@ def plot_fidelity(table: pd.DataFrame, *, cases: Mapping[str, str] | None = FIGU
             ax.set_title(f"{seed} {case}", fontsize=8, loc="left")
             ax.set_xlabel("ours vs upstream, %")
             ax.legend(fontsize=6, loc="lower right")
-        axes[0][0].set_yticks(range(len(metrics)))
-        axes[0][0].set_yticklabels(metrics, fontsize=6)
+        axes[0][0].set_yticks(range(len(names)))
+        axes[0][0].set_yticklabels(names, fontsize=6)
         axes[0][0].invert_yaxis()
         height = fig.get_figheight()
         fig.text(0.01, 1 - 0.05 / height, "Fidelity: our first / last rung vs the seed's before / after kernel, "

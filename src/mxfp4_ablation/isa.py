@@ -9,11 +9,10 @@ prints (``FLYDSL_DEBUG_DUMP_ASM=1`` -> ``22_final_isa.s``), with no AMDGPU tools
   (labels, directives and comments dropped; inline-asm lines between ``;;#ASMSTART`` and
   ``;;#ASMEND`` kept and flagged), its branch-target labels, its ``.amdhsa_*`` kernel descriptor,
   its ``.set .L<kernel>.<field>`` resource symbols and its entry of the ``amdgpu_metadata`` YAML.
-* :func:`metrics` reduces one kernel to a flat, JSON-friendly dict (defined key by key there).
-* :func:`diff` / :func:`diff_table` compare two such dicts, e.g. a kernel with and without one
-  optimisation.
-* :func:`hot_loop` returns the instructions of the kernel's hottest loop.
+* :func:`loops` / :func:`hot_loop` find the kernel's loops and its hottest one; :func:`histogram`,
+  :func:`operand_reuse` and :func:`max_lds_run` look at a run of instructions.
 
+The metrics (every number the study reads off a kernel) are :mod:`mxfp4_ablation.metrics`' table.
 The occupancy model is documented on :func:`occupancy`; its constants are cited there. This parser
 is for studying kernels; the emulator has its own, stricter one (both read the text through
 :mod:`gfx950emu.lexer`).
@@ -33,19 +32,18 @@ __all__ = [
     "Kernel",
     "Loop",
     "parse",
-    "metrics",
+    "kernel_of",
     "occupancy",
+    "unified_vgprs",
     "hot_loop",
+    "hottest",
     "loop_histogram",
     "loops",
+    "histogram",
     "mfma_operand_reuse",
-    "diff",
-    "diff_table",
-    "unified_vgprs",
-    "METRIC_KEYS",
-    "SCALAR_KEYS",
-    "fingerprint",
-    "FINGERPRINT_KEYS",
+    "operand_reuse",
+    "max_lds_run",
+    "store_width",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -66,31 +64,6 @@ WAVE_SIZE = 64
 LDS_BYTES_PER_CU = 160 * 1024
 LDS_ALLOC_GRANULE = 320 * 4
 
-#: The keys of :func:`metrics`, in order.
-METRIC_KEYS = (
-    "vgpr_unified",
-    "arch_vgpr",
-    "agpr",
-    "sgpr",
-    "lds_bytes",
-    "scratch_bytes",
-    "occupancy_waves_per_simd",
-    "instructions",
-    "mfma",
-    "s_waitcnt",
-    "s_barrier",
-    "loop_instructions",
-    "loop_mfma",
-    "loop_s_waitcnt",
-    "insts_before_first_buffer_load",
-    "buffer_store_by_width",
-    "v_accvgpr_write",
-    "v_accvgpr_read",
-    "distinct_opcodes",
-    "opcode_histogram",
-)
-#: The keys of :func:`metrics` whose values are single numbers (or None).
-SCALAR_KEYS = tuple(k for k in METRIC_KEYS if k not in ("buffer_store_by_width", "opcode_histogram"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,11 +140,11 @@ class Loop:
 
     @property
     def mfma(self) -> int:
-        return sum(1 for i in self.body if _is_mfma(i.opcode))
+        return sum(1 for i in self.body if is_mfma(i.opcode))
 
     @property
     def s_waitcnt(self) -> int:
-        return sum(1 for i in self.body if _is_waitcnt(i.opcode))
+        return sum(1 for i in self.body if is_waitcnt(i.opcode))
 
 
 # --------------------------------------------------------------------------------------------
@@ -401,7 +374,9 @@ def _text_of(isa: Any) -> str:
     return text
 
 
-def _kernel_of(isa: Any, kernel: str | None) -> Kernel:
+def kernel_of(isa: Any, kernel: str | None = None) -> Kernel:
+    """``isa`` (a :class:`Kernel`, the ``.s`` text or an Artifact) parsed and its kernel picked (FlyDSL's
+    ``_<n>`` suffix may be left off; None when the text holds one)."""
     if isinstance(isa, Kernel):
         return isa
     return _select(parse(_text_of(isa)), kernel)
@@ -412,12 +387,12 @@ def _kernel_of(isa: Any, kernel: str | None) -> Kernel:
 # --------------------------------------------------------------------------------------------
 
 
-def _is_mfma(opcode: str) -> bool:
+def is_mfma(opcode: str) -> bool:
     """Matrix-core instructions: ``v_mfma_*`` (incl. ``v_mfma_scale_*``) and ``v_smfmac_*``."""
     return opcode.startswith(("v_mfma", "v_smfmac"))
 
 
-def _is_waitcnt(opcode: str) -> bool:
+def is_waitcnt(opcode: str) -> bool:
     return opcode == "s_waitcnt" or opcode.startswith("s_waitcnt_")
 
 
@@ -454,7 +429,7 @@ def store_width(opcode: str) -> int | None:
 
 def loops(isa: Any, kernel: str | None = None) -> list[Loop]:
     """Every backward branch of a kernel, as a :class:`Loop`, in program order of the branch."""
-    k = _kernel_of(isa, kernel)
+    k = kernel_of(isa, kernel)
     found = []
     for idx, inst in enumerate(k.instructions):
         target = inst.branch_target
@@ -466,7 +441,9 @@ def loops(isa: Any, kernel: str | None = None) -> list[Loop]:
     return found
 
 
-def _hottest(found: Iterable[Loop]) -> Loop | None:
+def hottest(found: Iterable[Loop]) -> Loop | None:
+    """The hot loop among ``found``: the most MFMAs, ties broken by the most instructions (so an outer
+    loop beats the inner one it contains when both hold the same MFMAs); None for none."""
     best = None
     for loop in found:
         if best is None or (loop.mfma, len(loop.body)) > (best.mfma, len(best.body)):
@@ -475,12 +452,14 @@ def _hottest(found: Iterable[Loop]) -> Loop | None:
 
 
 def hot_loop(isa_text: Any, kernel: str | None = None) -> list[Instruction] | None:
-    """The body of the kernel's hot loop (see :func:`metrics`), or None when it has no loop."""
-    return _hottest_body(_kernel_of(isa_text, kernel))
+    """The body of the kernel's hot loop (:func:`hottest` of its :func:`loops`), or None when it has no
+    loop. A loop is a backward ``s_branch``/``s_cbranch_*`` whose target label comes at or before it; its
+    body runs from the target's first instruction to the branch, both included."""
+    return _hottest_body(kernel_of(isa_text, kernel))
 
 
 def _hottest_body(k) -> list[Instruction] | None:
-    best = _hottest(loops(k))
+    best = hottest(loops(k))
     return list(best.body) if best is not None else None
 
 
@@ -493,7 +472,7 @@ def loop_histogram(isa_text: Any, kernel: str | None = None) -> dict[str, int] |
     body = hot_loop(isa_text, kernel)
     if body is None:
         return None
-    return _histogram(body)
+    return histogram(body)
 
 
 def mfma_operand_reuse(isa_text: Any, kernel: str | None = None, *, loop_only: bool = False) -> float | None:
@@ -504,8 +483,12 @@ def mfma_operand_reuse(isa_text: Any, kernel: str | None = None, *, loop_only: b
     Reusing an operand register back to back is what an MFMA issue order tuned for operand
     locality does (e.g. a serpentine walk of the tile). None with fewer than two MFMAs.
     """
-    insts = hot_loop(isa_text, kernel) if loop_only else _kernel_of(isa_text, kernel).instructions
-    mfmas = [i for i in insts or [] if _is_mfma(i.opcode) and len(i.operands) >= 3]
+    return operand_reuse(hot_loop(isa_text, kernel) if loop_only else kernel_of(isa_text, kernel).instructions)
+
+
+def operand_reuse(insts: Sequence[Instruction] | None) -> float | None:
+    """:func:`mfma_operand_reuse` over the MFMAs of ``insts`` (None for none)."""
+    mfmas = [i for i in insts or [] if is_mfma(i.opcode) and len(i.operands) >= 3]
     if len(mfmas) < 2:
         return None
     pairs = list(zip(mfmas, mfmas[1:]))
@@ -513,7 +496,29 @@ def mfma_operand_reuse(isa_text: Any, kernel: str | None = None, *, loop_only: b
     return shared / len(pairs)
 
 
-def _histogram(insts: Iterable[Instruction]) -> dict[str, int]:
+def is_lds_traffic(inst: Instruction) -> bool:
+    """An LDS read (``ds_read*``) or a global -> LDS DMA (``buffer_load_* ... lds``)."""
+    return inst.opcode.startswith("ds_read") or (inst.opcode.startswith("buffer_load") and "lds" in inst.modifiers)
+
+
+def max_lds_run(body: Sequence[Instruction] | None) -> int | None:
+    """The longest run of LDS traffic (:func:`is_lds_traffic`) in ``body`` with no MFMA in between, in
+    program order (other instructions do not break a run); None for no body. 1 means every LDS read and
+    DMA of the loop is issued among the MFMAs; a large number, a batch issued before the MFMAs that
+    need it (whose latency the MFMAs cannot hide)."""
+    if body is None:
+        return None
+    best = run = 0
+    for inst in body:
+        if inst.opcode.startswith("v_mfma"):
+            run = 0
+        elif is_lds_traffic(inst):
+            run += 1
+            best = max(best, run)
+    return best
+
+
+def histogram(insts: Iterable[Instruction]) -> dict[str, int]:
     """``{opcode: count}``, most frequent first, ties in alphabetical order."""
     hist: dict[str, int] = {}
     for inst in insts:
@@ -544,7 +549,7 @@ def unified_vgprs(arch_vgpr: int, agpr: int) -> int:
     return arch_vgpr
 
 
-def _workgroup_size(kernel: Kernel) -> int | None:
+def workgroup_size(kernel: Kernel) -> int | None:
     """Work-items per workgroup: ``.reqd_workgroup_size`` product, else ``.max_flat_workgroup_size``."""
     reqd = kernel.metadata.get(".reqd_workgroup_size")
     if isinstance(reqd, list) and reqd and all(isinstance(v, int) for v in reqd):
@@ -597,303 +602,3 @@ def occupancy(vgpr_unified: int | None, sgpr: int | None = None, lds_bytes: int 
             limits["lds"] = min(MAX_WAVES_PER_SIMD, -(-groups * waves_per_group // SIMDS_PER_CU))
     known = [v for v in limits.values() if v is not None]
     return {**limits, "waves_per_simd": min(known + [MAX_WAVES_PER_SIMD]) if known else None}
-
-
-def _first_int(*values: Any) -> int | None:
-    for v in values:
-        if isinstance(v, bool):
-            continue
-        if isinstance(v, int):
-            return v
-    return None
-
-
-# --------------------------------------------------------------------------------------------
-# Metrics
-# --------------------------------------------------------------------------------------------
-
-
-def metrics(isa_text: Any, kernel: str | None = None) -> dict[str, Any]:
-    """One kernel of a ``.s`` text reduced to numbers (a JSON-friendly dict, keys below in order).
-
-    ``isa_text`` is the ``.s`` text, a toolchain ``Artifact`` (its ``.isa``) or a parsed
-    :class:`Kernel`. ``kernel`` picks a kernel by name (FlyDSL's ``_0`` suffix may be left off); it may be None
-    when the text holds a single kernel. Counts are static (instructions in the text, not
-    executed); a missing source gives None.
-
-    Resources (from the descriptor, the ``.set`` symbols and the metadata):
-
-    * ``arch_vgpr``: arch VGPRs, ``.set .L<k>.num_vgpr`` (else metadata ``.vgpr_count`` minus AGPRs).
-    * ``agpr``: accumulation VGPRs, ``.set .L<k>.num_agpr`` (else metadata ``.agpr_count``).
-    * ``vgpr_unified``: registers taken from the 512-entry unified file, as the hardware allocates
-      them: ``.amdhsa_next_free_vgpr`` (the descriptor's GRANULATED_WORKITEM_VGPR_COUNT is made
-      from it). Usually equal to :func:`unified_vgprs` of the two above (``roundup(arch_vgpr, 4) +
-      agpr``); it is larger when inline asm names AGPRs (seen: 169 against 3 + 1 in a tiny kernel),
-      and that larger number is what limits occupancy. Falls back to :func:`unified_vgprs`.
-    * ``sgpr``: metadata ``.sgpr_count`` (numbered SGPRs plus VCC/FLAT_SCRATCH/XNACK);
-      falls back to ``.amdhsa_next_free_sgpr``.
-    * ``lds_bytes``: static LDS per workgroup, ``.amdhsa_group_segment_fixed_size``.
-    * ``scratch_bytes``: private (scratch) bytes per work-item, ``.amdhsa_private_segment_fixed_size``.
-    * ``occupancy_waves_per_simd``: :func:`occupancy` of the above with the workgroup size from
-      the metadata (``.reqd_workgroup_size`` product, else ``.max_flat_workgroup_size``).
-
-    Instruction counts (inline-asm instructions included):
-
-    * ``instructions``: instructions in the kernel function.
-    * ``mfma``: ``v_mfma*`` (incl. ``v_mfma_scale_*``) and ``v_smfmac*`` instructions.
-    * ``s_waitcnt``: ``s_waitcnt`` and ``s_waitcnt_*`` instructions.
-    * ``s_barrier``: instructions whose opcode starts with ``s_barrier``.
-    * ``loop_instructions`` / ``loop_mfma`` / ``loop_s_waitcnt``: the same counts over the hot
-      loop: a backward ``s_branch``/``s_cbranch_*`` whose target label comes at or before it;
-      its body runs from the target's first instruction to the branch, both included. With
-      several loops the one with the most MFMAs wins, ties broken by the most instructions (so
-      an outer loop beats the inner one it contains when both hold the same MFMAs). All three
-      are None when the kernel has no backward branch.
-    * ``insts_before_first_buffer_load``: instructions that come before the first
-      ``buffer_load_*`` in program (text) order; None when there is none.
-    * ``buffer_store_by_width``: ``{bytes per lane: count}`` over ``buffer_store_*`` (``byte``=1,
-      ``short``=2, ``dword``/``b32``=4, ``dwordx2``/``b64``=8, ``dwordx3``/``b96``=12,
-      ``dwordx4``/``b128``=16), integer keys in ascending order; format stores are left out.
-    * ``v_accvgpr_write`` / ``v_accvgpr_read``: ``v_accvgpr_write*`` / ``v_accvgpr_read*``
-      (moves into / out of AGPRs).
-    * ``distinct_opcodes``: number of different opcodes.
-    * ``opcode_histogram``: ``{opcode: count}``, most frequent first (ties alphabetical).
-    """
-    k = _kernel_of(isa_text, kernel)
-    insts = k.instructions
-    sym, desc, md = k.symbols, k.descriptor, k.metadata
-
-    agpr = _first_int(sym.get("num_agpr"), md.get(".agpr_count"))
-    arch_vgpr = _first_int(sym.get("num_vgpr"))
-    if arch_vgpr is None and isinstance(md.get(".vgpr_count"), int) and agpr == 0:
-        arch_vgpr = md[".vgpr_count"]
-    # The descriptor is what the hardware allocates from; the symbols are the fallback.
-    vgpr_unified = _first_int(desc.get("next_free_vgpr"))
-    if vgpr_unified is None and arch_vgpr is not None:
-        vgpr_unified = unified_vgprs(arch_vgpr, agpr or 0)
-    if vgpr_unified is None:
-        vgpr_unified = _first_int(md.get(".vgpr_count"))
-    sgpr = _first_int(md.get(".sgpr_count"), desc.get("next_free_sgpr"))
-    lds = _first_int(desc.get("group_segment_fixed_size"), md.get(".group_segment_fixed_size"))
-    scratch = _first_int(desc.get("private_segment_fixed_size"), md.get(".private_segment_fixed_size"),
-                         sym.get("private_seg_size"))
-    occ = occupancy(vgpr_unified, sgpr, lds, _workgroup_size(k))["waves_per_simd"]
-
-    hist = _histogram(insts)
-
-    stores: dict[int, int] = {}
-    for inst in insts:
-        width = store_width(inst.opcode)
-        if width is not None:
-            stores[width] = stores.get(width, 0) + 1
-
-    first_load = next((i for i, inst in enumerate(insts) if inst.opcode.startswith("buffer_load_")), None)
-    loop = _hottest(loops(k))
-
-    return {
-        "vgpr_unified": vgpr_unified,
-        "arch_vgpr": arch_vgpr,
-        "agpr": agpr,
-        "sgpr": sgpr,
-        "lds_bytes": lds,
-        "scratch_bytes": scratch,
-        "occupancy_waves_per_simd": occ,
-        "instructions": len(insts),
-        "mfma": sum(1 for i in insts if _is_mfma(i.opcode)),
-        "s_waitcnt": sum(1 for i in insts if _is_waitcnt(i.opcode)),
-        "s_barrier": sum(1 for i in insts if i.opcode.startswith("s_barrier")),
-        "loop_instructions": len(loop.body) if loop else None,
-        "loop_mfma": loop.mfma if loop else None,
-        "loop_s_waitcnt": loop.s_waitcnt if loop else None,
-        "insts_before_first_buffer_load": first_load,
-        "buffer_store_by_width": dict(sorted(stores.items())),
-        "v_accvgpr_write": sum(1 for i in insts if i.opcode.startswith("v_accvgpr_write")),
-        "v_accvgpr_read": sum(1 for i in insts if i.opcode.startswith("v_accvgpr_read")),
-        "distinct_opcodes": len(hist),
-        "opcode_histogram": hist,
-    }
-
-
-# --------------------------------------------------------------------------------------------
-# Comparing two kernels
-# --------------------------------------------------------------------------------------------
-
-
-def _compare(a: Any, b: Any) -> dict[str, Any]:
-    """``{"a", "b", "delta": b - a, "ratio": b / a}``; ratio 1.0 when equal, None when a is 0/None."""
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
-    delta = b - a if numeric else None
-    if numeric and a == b:
-        ratio: float | None = 1.0
-    elif numeric and a != 0:
-        ratio = b / a
-    else:
-        ratio = None
-    return {"a": a, "b": b, "delta": delta, "ratio": ratio}
-
-
-def _check_metrics(m: Any, which: str) -> dict[str, Any]:
-    if not isinstance(m, dict) or not set(SCALAR_KEYS) <= set(m):
-        raise ValueError(f"diff() needs two dicts returned by isa.metrics(); argument {which} is not one.")
-    return m
-
-
-def _int_keys(d: dict | None) -> dict[int, int]:
-    """``buffer_store_by_width`` with int keys (they come back as strings from JSON)."""
-    return {int(k): v for k, v in (d or {}).items()}
-
-
-def diff(metrics_a: dict[str, Any], metrics_b: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Compare two :func:`metrics` dicts (a = baseline, b = variant).
-
-    Returns ``{"metrics": {key: cmp}, "opcodes": {opcode: cmp}, "buffer_store_by_width":
-    {bytes: cmp}}`` where each ``cmp`` is ``{"a", "b", "delta", "ratio"}``: ``delta = b - a``,
-    ``ratio = b / a`` (1.0 when equal, None when a is 0 and b is not, or a value is None).
-    Opcodes and store widths missing on one side count as 0 there.
-    """
-    a = _check_metrics(metrics_a, "a")
-    b = _check_metrics(metrics_b, "b")
-    out: dict[str, dict[str, Any]] = {"metrics": {k: _compare(a.get(k), b.get(k)) for k in SCALAR_KEYS}}
-    ha, hb = a.get("opcode_histogram") or {}, b.get("opcode_histogram") or {}
-    out["opcodes"] = {op: _compare(ha.get(op, 0), hb.get(op, 0)) for op in sorted(set(ha) | set(hb))}
-    sa, sb = _int_keys(a.get("buffer_store_by_width")), _int_keys(b.get("buffer_store_by_width"))
-    out["buffer_store_by_width"] = {w: _compare(sa.get(w, 0), sb.get(w, 0)) for w in sorted(set(sa) | set(sb))}
-    return out
-
-
-def diff_table(metrics_a: dict[str, Any], metrics_b: dict[str, Any], *, changed_only: bool = False):
-    """:func:`diff` as a pandas DataFrame: columns ``section, name, a, b, delta, ratio``.
-
-    ``section`` is ``metrics``, ``opcodes`` or ``buffer_store_by_width``; rows keep the order of
-    :func:`diff`. With ``changed_only`` the rows where ``a == b`` are dropped.
-    """
-    import pandas as pd
-
-    rows = []
-    for section, entries in diff(metrics_a, metrics_b).items():
-        for name, cmp in entries.items():
-            if changed_only and cmp["a"] == cmp["b"]:
-                continue
-            rows.append({"section": section, "name": str(name), **cmp})
-    frame = pd.DataFrame(rows, columns=["section", "name", "a", "b", "delta", "ratio"])
-    return frame
-
-
-# --------------------------------------------------------------------------------------------
-# Fingerprints: the one metric set kernels are compared by across projects (ours vs upstream)
-# --------------------------------------------------------------------------------------------
-
-#: Store widths (bytes per lane) that always get a ``buffer_store_b<N>`` key, so every
-#: fingerprint has the same keys.
-FINGERPRINT_STORE_WIDTHS = (1, 2, 4, 8, 12, 16)
-
-#: The keys of :func:`fingerprint`, in order (defined there).
-FINGERPRINT_KEYS = (
-    "vgpr_unified", "arch_vgpr", "agpr", "sgpr", "lds_bytes", "kernarg_bytes",
-    "instructions", "mfma", "s_waitcnt", "s_waitcnt_per_128_mfma",
-    "loop_instructions", "loop_mfma", "loop_s_waitcnt",
-    "loop_instructions_per_128_mfma", "loop_s_waitcnt_per_128_mfma", "loop_max_lds_run",
-    "s_barrier", "insts_before_first_buffer_load",
-    "buffer_store", *(f"buffer_store_b{w}" for w in FINGERPRINT_STORE_WIDTHS), "global_store", "global_atomic",
-    "v_accvgpr_write", "v_accvgpr_read", "v_readfirstlane", "m0_writes", "s_load",
-    "ds_read", "ds_write", "v_permlane",
-    "v_exp_f32", "v_ldexp_f32", "mad_64", "sign_fixes",
-)
-
-
-def is_lds_traffic(inst: Instruction) -> bool:
-    """An LDS read (``ds_read*``) or a global -> LDS DMA (``buffer_load_* ... lds``)."""
-    return inst.opcode.startswith("ds_read") or (inst.opcode.startswith("buffer_load") and "lds" in inst.modifiers)
-
-
-def max_lds_run(body: Sequence[Instruction] | None) -> int | None:
-    """The longest run of LDS traffic (:func:`is_lds_traffic`) in ``body`` with no MFMA in between, in
-    program order (other instructions do not break a run); None for no body. 1 means every LDS read and
-    DMA of the loop is issued among the MFMAs; a large number, a batch issued before the MFMAs that
-    need it (whose latency the MFMAs cannot hide)."""
-    if body is None:
-        return None
-    best = run = 0
-    for inst in body:
-        if inst.opcode.startswith("v_mfma"):
-            run = 0
-        elif is_lds_traffic(inst):
-            run += 1
-            best = max(best, run)
-    return best
-
-
-def _per_128(count: int | None, mfma: int | None) -> float | None:
-    if count is None or not mfma:
-        return None
-    return round(count * 128 / mfma, 3)
-
-
-def fingerprint(isa_text: Any, kernel: str | None = None) -> dict[str, int | float | None]:
-    """One kernel reduced to the flat set of numbers used to compare it with another project's
-    kernel (``experiments/reference/fingerprints.csv``, :mod:`mxfp4_ablation.fidelity`); keys are
-    :data:`FINGERPRINT_KEYS`, values ints, floats or None (not applicable). Static counts over the
-    kernel's instructions, inline asm included.
-
-    Taken from :func:`metrics` (same definitions): ``vgpr_unified``, ``arch_vgpr``, ``agpr``,
-    ``sgpr``, ``lds_bytes``, ``instructions``, ``mfma``, ``s_waitcnt``, ``s_barrier``, the hot
-    loop's ``loop_instructions`` / ``loop_mfma`` / ``loop_s_waitcnt``,
-    ``insts_before_first_buffer_load``, ``v_accvgpr_write`` / ``v_accvgpr_read``.
-
-    Added here:
-
-    * ``kernarg_bytes``: ``.amdhsa_kernarg_size`` (else metadata ``.kernarg_segment_size``).
-    * ``s_waitcnt_per_128_mfma``, ``loop_s_waitcnt_per_128_mfma``, ``loop_instructions_per_128_mfma``:
-      the count times 128 over the MFMAs of the same region (kernel / hot loop), so kernels that
-      unroll differently compare per unit of matrix work (128 MFMAs = one 256-deep K step of a
-      128x128 wave tile of 16x16x128 MFMAs); None without MFMAs (or without a loop).
-    * ``loop_max_lds_run``: :func:`max_lds_run` of the hot loop (None without a loop): whether the
-      loop's LDS reads and DMAs are interleaved with its MFMAs (1) or issued in batches.
-    * ``buffer_store``: all ``buffer_store_*`` with a known width; ``buffer_store_b<N>`` those of
-      N bytes per lane (see :func:`store_width`), for N in :data:`FINGERPRINT_STORE_WIDTHS`.
-    * ``global_store`` (``global_store_*``), ``global_atomic`` (``global_atomic_*``, e.g. the
-      atomic bf16 adds of a MoE gemm2).
-    * ``v_readfirstlane``: ``v_readfirstlane_*``; ``m0_writes``: scalar/readfirstlane instructions
-      whose destination is ``m0`` (``s_mov_b32 m0, ...``: the LDS-DMA base and friends).
-    * ``s_load``: scalar memory loads ``s_load_*`` (kernel arguments and other constants).
-    * ``ds_read`` / ``ds_write``: LDS reads ``ds_read*`` / writes ``ds_write*``;
-      ``v_permlane``: ``v_permlane*`` (cross-lane swaps).
-    * For the MoE kernels: ``v_exp_f32`` and ``v_ldexp_f32`` (hardware exp2 vs the library
-      expansion), ``mad_64`` (64-bit multiply-adds ``v_mad_u64_u32`` + ``v_mad_i64_i32``: address
-      arithmetic), ``sign_fixes`` (``s_ashr_i32`` + ``v_ashrrev_i32``: the sign fix-ups of signed
-      division and extension).
-    """
-    k = _kernel_of(isa_text, kernel)
-    m = metrics(k)
-    insts = k.instructions
-    hist = m["opcode_histogram"]
-
-    def count(*prefixes: str) -> int:
-        return sum(c for op, c in hist.items() if op.startswith(prefixes))
-
-    stores = m["buffer_store_by_width"]
-    kernarg = _first_int(k.descriptor.get("kernarg_size"), k.metadata.get(".kernarg_segment_size"))
-    m0 = sum(1 for i in insts if i.operands and i.operands[0] == "m0"
-             and (i.opcode.startswith("s_") or i.opcode.startswith("v_readfirstlane")))
-    out: dict[str, int | float | None] = {
-        "vgpr_unified": m["vgpr_unified"], "arch_vgpr": m["arch_vgpr"], "agpr": m["agpr"], "sgpr": m["sgpr"],
-        "lds_bytes": m["lds_bytes"], "kernarg_bytes": kernarg,
-        "instructions": m["instructions"], "mfma": m["mfma"], "s_waitcnt": m["s_waitcnt"],
-        "s_waitcnt_per_128_mfma": _per_128(m["s_waitcnt"], m["mfma"]),
-        "loop_instructions": m["loop_instructions"], "loop_mfma": m["loop_mfma"],
-        "loop_s_waitcnt": m["loop_s_waitcnt"],
-        "loop_instructions_per_128_mfma": _per_128(m["loop_instructions"], m["loop_mfma"]),
-        "loop_s_waitcnt_per_128_mfma": _per_128(m["loop_s_waitcnt"], m["loop_mfma"]),
-        "loop_max_lds_run": max_lds_run(_hottest_body(k)),
-        "s_barrier": m["s_barrier"], "insts_before_first_buffer_load": m["insts_before_first_buffer_load"],
-        "buffer_store": sum(stores.values()),
-        **{f"buffer_store_b{w}": stores.get(w, 0) for w in FINGERPRINT_STORE_WIDTHS},
-        "global_store": count("global_store_"), "global_atomic": count("global_atomic_"),
-        "v_accvgpr_write": m["v_accvgpr_write"], "v_accvgpr_read": m["v_accvgpr_read"],
-        "v_readfirstlane": count("v_readfirstlane"), "m0_writes": m0, "s_load": count("s_load_"),
-        "ds_read": count("ds_read"), "ds_write": count("ds_write"), "v_permlane": count("v_permlane"),
-        "v_exp_f32": count("v_exp_f32"), "v_ldexp_f32": count("v_ldexp_f32"),
-        "mad_64": count("v_mad_u64_u32", "v_mad_i64_i32"), "sign_fixes": count("s_ashr_i32", "v_ashrrev_i32"),
-    }
-    assert tuple(out) == FINGERPRINT_KEYS
-    return out

@@ -3,14 +3,13 @@
 The study decomposes two upstream changes (FlyDSL PR #990, aiter PR #3828). To say how close our
 ladders come to them we compile *their* kernels -- from a checkout (``make upstream`` fetches them with
 git into the repository's ignored ``upstream/`` folder), never from code committed here -- with the
-pinned FlyDSL, and keep only numbers (see ``isa.fingerprint``).
+pinned FlyDSL, and keep only numbers (see ``metrics.fingerprint``).
 
-* :func:`build` is ``make upstream``: :func:`fetch` the pinned commits (:data:`FLYDSL_COMMITS`,
+* :func:`build` is ``make upstream``: fetch the pinned commits (:data:`FLYDSL_COMMITS`,
   :data:`AITER_COMMITS`) from GitHub or a local clone/mirror (``FLYDSL_GIT`` / ``AITER_GIT``) into bare
-  repositories, extract each, get the device-library bitcode (:func:`device_libs`: Debian's
-  ``rocm-device-libs``), compile everything into ``upstream/out`` and copy aiter's asm GEMM there;
-  every ``.json`` records the repository-relative ``compile`` command that rebuilds its kernel;
-* :func:`extract` writes one commit of a bare git dir into a folder (``git archive | tar -x``);
+  repositories, extract each, get the device-library bitcode (Debian's ``rocm-device-libs``) -- all
+  :mod:`mxfp4_ablation.upstream_sources` -- compile everything into ``upstream/out`` and copy aiter's
+  asm GEMM there; every ``.json`` records the repository-relative ``compile`` command that rebuilds it;
 * :func:`flydsl_gemm_isa` compiles FlyDSL's ``kernels/gemm/fp4_gemm_4wave.py``;
 * :func:`aiter_moe_isa` compiles aiter's ``aiter/ops/flydsl/kernels/mxfp4_gemm{1,2}.py`` (MoE);
 * ``python -m mxfp4_ablation.upstream compile|fingerprints ...`` does both from the shell.
@@ -38,14 +37,15 @@ import inspect
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from . import paths, toolchain
+from .upstream_sources import (AITER_ASM_COMMIT, AITER_COMMITS, AITER_URL, FLYDSL_COMMITS, FLYDSL_URL, HELPERS_COMMIT,
+                               UpstreamError, checkout_dir, copy_aiter_asm, default_out, device_libs,
+                               device_libs_digest, extract, fetch, upstream_root)
 
 FLYDSL_GEMM_FILE = "kernels/gemm/fp4_gemm_4wave.py"
 #: Folders of a FlyDSL checkout the GEMM imports from (hashed into the cache key).
@@ -60,47 +60,9 @@ PR990_SHAPES = ((8192, 8192, 8192), (8192, 8192, 16384), (16384, 16384, 8192), (
 ENTRY_VERSION = 1
 
 
-class UpstreamError(RuntimeError):
-    """A checkout is missing or is not the expected project, or an upstream compile failed."""
-
-
 # --------------------------------------------------------------------------------------------
 # Checkouts
 # --------------------------------------------------------------------------------------------
-
-
-def extract(git_dir: Path | str, commit: str, dest: Path | str) -> Path:
-    """Write ``commit`` of the (bare) git dir ``git_dir`` into ``dest`` (created; an existing
-    non-empty ``dest`` is kept as it is). Returns ``dest``. One clear error for a bad git dir/commit."""
-    git_dir, dest = Path(git_dir), Path(dest)
-    if dest.is_dir() and any(dest.iterdir()):
-        return dest
-    if not git_dir.exists():
-        raise UpstreamError(f"git dir {git_dir} does not exist.")
-    probe = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "--verify", f"{commit}^{{commit}}"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        raise UpstreamError(f"{git_dir} has no commit {commit!r}.")
-    tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=False)
-    archive = subprocess.Popen(["git", "--git-dir", str(git_dir), "archive", commit], stdout=subprocess.PIPE)
-    with tarfile.open(fileobj=archive.stdout, mode="r|") as tar:
-        tar.extractall(tmp, filter="tar") if hasattr(tarfile, "data_filter") else tar.extractall(tmp)
-    if archive.wait() != 0:
-        raise UpstreamError(f"git archive {commit} from {git_dir} failed.")
-    if dest.exists():
-        dest.rmdir()
-    os.replace(tmp, dest)
-    return dest
-
-
-def commit_of(git_dir: Path | str, commit: str) -> str:
-    """The full 40-hex id of ``commit`` in ``git_dir``."""
-    out = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "--verify", f"{commit}^{{commit}}"],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise UpstreamError(f"{git_dir} has no commit {commit!r}.")
-    return out.stdout.strip()
 
 
 def _check_checkout(checkout: Path | str, required: str, project: str) -> Path:
@@ -316,18 +278,6 @@ def compile_upstream(target: str, params: dict[str, Any], *, arch: str = toolcha
     return compile_upstream_many([(target, params)], arch=arch, use_cache=use_cache)[0]
 
 
-def device_libs_digest(folder: Path | str) -> str:
-    """sha256 over the ``*.bc`` files of a ROCm device-library folder (``amdgcn/bitcode``)."""
-    root = Path(folder)
-    files = sorted(root.glob("*.bc"))
-    if not files:
-        raise UpstreamError(f"{root} holds no device-library bitcode (*.bc: ocml.bc, ockl.bc...).")
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode() + b"\0" + file.read_bytes())
-    return digest.hexdigest()
-
-
 @contextlib.contextmanager
 def _toolkit_with_device_libs(bitcode: str | None):
     """ROCM_PATH for the worker with ``amdgcn/bitcode`` = ``bitcode`` and toolchain's ``ld.lld``.
@@ -466,7 +416,7 @@ def aiter_moe_isa(checkout: Path | str, stage: str, regime: str | None = "decode
 def _metadata_args(isa_text: str, kernel: str | None = None) -> list[dict[str, Any]]:
     from . import isa
 
-    k = isa._kernel_of(isa_text, kernel)
+    k = isa.kernel_of(isa_text, kernel)
     args = k.metadata.get(".args") or []
     return [{"offset": int(a.get(".offset", 0)), "size": int(a.get(".size", 0)),
              "value_kind": a.get(".value_kind")} for a in args if isinstance(a, dict)]
@@ -651,7 +601,7 @@ def _shape_text(info: dict[str, Any]) -> str:
 def fingerprint_rows(out_root: Path | str) -> list[dict[str, Any]]:
     """One row per (kernel, fingerprint metric) for every ``.s`` with a ``.json`` beside it under
     ``out_root`` (as :func:`compile_flydsl_gemms` / :func:`compile_aiter_moes` write them), sorted."""
-    from . import isa
+    from . import metrics
 
     root = Path(out_root)
     found = sorted(root.rglob("*.s"))
@@ -663,7 +613,7 @@ def fingerprint_rows(out_root: Path | str) -> list[dict[str, Any]]:
         if not side.is_file():
             continue
         info = json.loads(side.read_text())
-        fp = isa.fingerprint(path.read_text())
+        fp = metrics.fingerprint(path.read_text())
         config = info.get("config") or {}
         notes = []
         if info.get("flydsl_helpers"):
@@ -682,7 +632,7 @@ def fingerprint_rows(out_root: Path | str) -> list[dict[str, Any]]:
                 "config": " ".join(f"{k}={v}" for k, v in config.items() if k != "BM"),
                 "metric": metric, "value": value, "command": info.get("command", ""), "note": note.strip(),
             })
-    order = {k: n for n, k in enumerate(isa.FINGERPRINT_KEYS)}
+    order = {k: n for n, k in enumerate(metrics.FINGERPRINT_KEYS)}
     rows.sort(key=lambda r: (r["source"], r["stage"], r["regime"], r["shape"], r["commit"], order[r["metric"]]))
     return rows
 
@@ -709,127 +659,6 @@ def _parse_shape(text: str) -> tuple[int, ...]:
         return tuple(int(v) for v in text.lower().replace("x", ",").split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"shape {text!r} must look like 8192x8192x8192") from None
-
-
-# --------------------------------------------------------------------------------------------
-# `make upstream`: fetch the pinned commits, extract them, get the device libraries, compile
-# --------------------------------------------------------------------------------------------
-
-FLYDSL_URL = "https://github.com/ROCm/FlyDSL.git"
-AITER_URL = "https://github.com/ROCm/aiter.git"
-#: FlyDSL before PR #990 and its merge; aiter before PR #3828 and its merge (the study's seeds).
-FLYDSL_COMMITS = ("daee90e485e7e872c54a2ebd147228219f0b367e", "741f3d6d322182b451f7b48600385ec9a5415794")
-AITER_COMMITS = ("46ecc4489dfd9935c6877665eeae480f54d010b4", "b242ba66a610c02018daa55a5c9c9bdc33a5dabf")
-#: The FlyDSL checkout whose ``kernels/common/buffer_ops.py`` aiter's kernels import (FlyDSL PR #880).
-HELPERS_COMMIT = FLYDSL_COMMITS[1]
-#: aiter's hand-written MXFP4 GEMM that PR #990 compares against (a code object, copied to
-#: ``<out>/aiter/`` from the aiter checkout at :data:`AITER_ASM_COMMIT` for the timing model's validation).
-AITER_ASM_CO = "hsa/gfx950/f4gemm/f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256.co"
-AITER_ASM_COMMIT = AITER_COMMITS[1]
-DEVICE_LIBS_PACKAGE = "rocm-device-libs"
-_BITCODE = "usr/lib/x86_64-linux-gnu/amdgcn/bitcode"
-
-
-def upstream_root() -> Path:
-    """Where ``make upstream`` puts everything: the repository's ignored ``upstream/`` folder
-    (``MXFP4_UPSTREAM`` overrides it)."""
-    value = os.environ.get("MXFP4_UPSTREAM")
-    return Path(value) if value else paths.REPO_ROOT / "upstream"
-
-
-def default_out() -> Path:
-    """The compiled upstream kernels: ``MXFP4_UPSTREAM_OUT``, else ``<upstream_root()>/out``."""
-    value = os.environ.get("MXFP4_UPSTREAM_OUT")
-    return Path(value) if value else upstream_root() / "out"
-
-
-def checkout_dir(project: str, commit: str, root: Path | str | None = None) -> Path:
-    """``<root>/flydsl-<commit8>`` or ``<root>/aiter-<commit9>`` (how ``build`` names its checkouts)."""
-    root = Path(root) if root is not None else upstream_root()
-    return root / (f"flydsl-{commit[:8]}" if project == "flydsl" else f"aiter-{commit[:9]}")
-
-
-def _git(*args: str, git_dir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True)
-
-
-def fetch(source: str, git_dir: Path | str, commits) -> Path:
-    """Make the bare repository ``git_dir`` hold every commit of ``commits``, fetched from ``source``
-    (a URL, a clone or a bare mirror): commits already there are not fetched again; each missing one
-    is fetched alone (``--depth 1``, what GitHub serves by id), and if the source refuses that, its
-    branches are fetched whole. One clear error if a commit is still missing."""
-    git_dir = Path(git_dir)
-    if not (git_dir / "HEAD").is_file():
-        git_dir.mkdir(parents=True, exist_ok=True)
-        init = subprocess.run(["git", "init", "--quiet", "--bare", str(git_dir)], capture_output=True, text=True)
-        if init.returncode != 0:
-            raise UpstreamError(f"git init {git_dir} failed: {init.stderr.strip()}")
-    have = lambda c: _git("cat-file", "-e", f"{c}^{{commit}}", git_dir=git_dir).returncode == 0  # noqa: E731
-    missing = [c for c in commits if not have(c)]
-    for commit in missing:
-        got = _git("fetch", "--quiet", "--depth", "1", source, commit, git_dir=git_dir)
-        if got.returncode != 0 or not have(commit):
-            _git("fetch", "--quiet", source, "+refs/heads/*:refs/remotes/source/*", git_dir=git_dir)
-        if not have(commit):
-            why = (got.stderr.strip().splitlines() or ["not found"])[-1]
-            raise UpstreamError(f"could not fetch {commit[:12]} from {source} ({why}); with no network, point "
-                                "FLYDSL_GIT= / AITER_GIT= at a local clone or mirror.")
-    return git_dir
-
-
-def _deb_version(deb: Path) -> str:
-    out = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise UpstreamError(f"{deb} is not a .deb dpkg-deb can read ({out.stderr.strip() or 'no dpkg-deb'}).")
-    return out.stdout.strip().split("-")[0]
-
-
-def device_libs(root: Path | str, deb: Path | str | None = None) -> Path:
-    """The ROCm device-library bitcode folder for the kernels that call ocml/ockl: Debian's
-    ``rocm-device-libs`` unpacked under ``<root>/rocm-device-libs-<version>/`` -- from ``deb`` when
-    given, else ``apt-get download rocm-device-libs`` (no root needed) -- or one already there."""
-    root = Path(root)
-    if deb is None:
-        found = sorted(root.glob(f"{DEVICE_LIBS_PACKAGE}-*/{_BITCODE}"))
-        if found:
-            return found[-1]
-        if not shutil.which("apt-get"):
-            raise UpstreamError("no device-library bitcode: without apt-get, give DEVICE_LIBS=<ROCm's "
-                                "amdgcn/bitcode folder> (or ROCM_DEVICE_LIBS_DEB=<rocm-device-libs .deb>).")
-        with tempfile.TemporaryDirectory(prefix="mxfp4-devlibs-") as tmp:
-            got = subprocess.run(["apt-get", "download", DEVICE_LIBS_PACKAGE], cwd=tmp, capture_output=True, text=True)
-            debs = sorted(Path(tmp).glob(f"{DEVICE_LIBS_PACKAGE}_*.deb"))
-            if got.returncode != 0 or not debs:
-                why = (got.stderr.strip().splitlines() or ["no package"])[-1]
-                raise UpstreamError(f"apt-get download {DEVICE_LIBS_PACKAGE} failed ({why}); give DEVICE_LIBS=<an "
-                                    "amdgcn/bitcode folder> or ROCM_DEVICE_LIBS_DEB=<the .deb>.")
-            return device_libs(root, debs[0])
-    deb = Path(deb)
-    if not deb.is_file():
-        raise UpstreamError(f"{deb} does not exist (ROCM_DEVICE_LIBS_DEB).")
-    dest = root / f"{DEVICE_LIBS_PACKAGE}-{_deb_version(deb)}"
-    if not (dest / _BITCODE).is_dir():
-        tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        out = subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], capture_output=True, text=True)
-        if out.returncode != 0 or not (tmp / _BITCODE).is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise UpstreamError(f"{deb} has no {_BITCODE} ({out.stderr.strip() or 'wrong package'}).")
-        shutil.rmtree(dest, ignore_errors=True)
-        os.replace(tmp, dest)
-    return dest / _BITCODE
-
-
-def copy_aiter_asm(checkout: Path | str, out_root: Path | str) -> Path | None:
-    """Copy aiter's hand-written f4gemm code object (:data:`AITER_ASM_CO`) to ``<out_root>/aiter/``."""
-    src = Path(checkout) / AITER_ASM_CO
-    if not src.is_file():
-        return None
-    dest = Path(out_root) / "aiter" / src.name
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(src, dest)
-    return dest
 
 
 def build(root: Path | str | None = None, *, flydsl_git: str = FLYDSL_URL, aiter_git: str = AITER_URL,
@@ -867,10 +696,6 @@ def build(root: Path | str | None = None, *, flydsl_git: str = FLYDSL_URL, aiter
     return out
 
 
-def _default_out() -> Path:
-    return default_out()
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m mxfp4_ablation.upstream", description=__doc__.splitlines()[0])
@@ -900,10 +725,10 @@ def main(argv: list[str] | None = None) -> int:
     co.add_argument("--device-libs", type=Path,
                     help="ROCm device-library bitcode folder (amdgcn/bitcode) for kernels that call ocml/ockl")
     co.add_argument("--shape", action="append", type=_parse_shape, help="GEMM MxNxK (default: PR #990's four)")
-    co.add_argument("--out", type=Path, default=_default_out(),
+    co.add_argument("--out", type=Path, default=default_out(),
                     help="output folder (default: $MXFP4_UPSTREAM_OUT, else upstream/out, ignored by git)")
     fp = sub.add_parser("fingerprints", help="reduce every compiled .s (+ .json) under --out to a fingerprint CSV")
-    fp.add_argument("--out", type=Path, default=_default_out(),
+    fp.add_argument("--out", type=Path, default=default_out(),
                     help="the folder `compile` wrote to (default: $MXFP4_UPSTREAM_OUT, else upstream/out)")
     fp.add_argument("--csv", type=Path, default=paths.reference_dir() / "fingerprints.csv")
     args = parser.parse_args(argv)

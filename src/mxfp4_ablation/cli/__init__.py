@@ -111,9 +111,9 @@ def _artifact(name: str, shape_text: str):
 
 
 def _metrics(artifact) -> dict:
-    from .. import isa
+    from .. import metrics
 
-    return isa.metrics(artifact.isa)
+    return metrics.kernel_metrics(artifact.isa)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -134,11 +134,11 @@ def cmd_isa(args: argparse.Namespace) -> int:
         else:
             print(art.isa)
         return 0
-    from .. import isa
+    from .. import metrics
 
     _, other = _artifact(args.vs, args.shape)
-    emit(args, isa.diff(isa.metrics(other.isa), isa.metrics(art.isa)),
-         None if args.json else isa.diff_table(isa.metrics(other.isa), isa.metrics(art.isa)).to_string())
+    a, b = metrics.kernel_metrics(other.isa), metrics.kernel_metrics(art.isa)
+    emit(args, metrics.diff(a, b), None if args.json else metrics.diff_table(a, b).to_string())
     return 0
 
 

@@ -72,7 +72,7 @@ at prefill 23 of 25 (v0) and 21 of 25 (v4).  Outside, measured:
   ``ds_read_b128`` up to the first tile's, ahead of its MFMAs, once the strength-reduced epilogue frees
   registers (moe2-v3: 24).  A ``sched_barrier`` before the second tile's fence keeps them apart (24) but
   moves the loop's waits out of band (30 vs 24), so we leave the compiler's order.
-* ``sign_fixes`` 0 vs 2 (v4): our strength-reduced epilogue zero-extends the lane's row and column
+* ``sign_shifts`` 0 vs 2 (v4): our strength-reduced epilogue zero-extends the lane's row and column
   (every index is >= 0), the seed sign-extends them (``fx.Int64``); sign-extending gives 4 (two
   v_ashrrev more than the seed's) and the loop's waits 28 vs 24.
 
@@ -129,7 +129,7 @@ SWITCHES = _family.switch_table(
         "plus the s_ashr_i32 31 sign corrections) and remsi; every index is >= 0, so arith.divui/remui give the "
         "same numbers without them (and the column block becomes tile - row_block * H/256).",
         metric="sign_shifts (s_ashr_i32 + v_ashrrev_i32) fall (Kimi: 8 -> 3 at decode, 20 -> 8 at prefill -- "
-        "12 -> 0 with the strength-reduced epilogue; aiter's sign_fixes 7 -> 3 and 20 -> 2), s_mul_hi_i32 "
+        "12 -> 0 with the strength-reduced epilogue; aiter's 7 -> 3 and 20 -> 2), s_mul_hi_i32 "
         "becomes s_mul_hi_u32 (H/256 = 28 column blocks: 1 -> 0 decode, 2 -> 0 prefill), instructions fall "
         "(279 -> 248 decode, 1987 -> 1922 prefill).",
         expects=(Expect("sign_shifts", "down", seed_before=7, seed_after=3, note="decode; ours 8 -> 3"),

@@ -102,11 +102,11 @@ def _cpu() -> float:
 
 
 def _do_compile(v, shape, opts) -> dict:
-    from .. import isa, toolchain
+    from .. import metrics, toolchain
 
     v.module.check_shape(**v.shape(shape))
     art = toolchain.compile(v.target, v.params(shape))
-    m = isa.metrics(art.isa)
+    m = metrics.kernel_metrics(art.isa)
     flat = {k: val for k, val in m.items() if isinstance(val, (int, float)) and not isinstance(val, bool)}
     return {"label": "static", "compile_key": art.key, "kernel": art.kernel_name,
             "compile_seconds": art.compile_seconds, "cached": bool(art.cached),

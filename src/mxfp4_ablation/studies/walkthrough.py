@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import isa, provenance, results, toolchain
+from .. import metrics, provenance, results, toolchain
 from ..figures import figure
 
 RUN = "00_walkthrough"
@@ -47,7 +47,7 @@ def collect(out_dir: str | Path, mode: str) -> tuple[pd.DataFrame, pd.DataFrame]
     arts = toolchain.compile_many([(target, params) for _, target, params in KERNELS])
     metric_rows, opcode_rows = [], []
     for (label, target, params), art in zip(KERNELS, arts):
-        m = isa.metrics(art.isa)
+        m = metrics.kernel_metrics(art.isa)
         results.atomic_write_text(out_dir / f"{art.kernel_name}.s", art.isa)
         scalars = {k: v for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         scalars["compile_seconds"] = art.compile_seconds
