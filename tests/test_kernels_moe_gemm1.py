@@ -1,5 +1,5 @@
 """MoE gemm1 (gate/up + silu*mul + MXFP4 requant): variants, ISA effect of each switch, and
-byte-exact results in the gfx950 emulator against ``moe.host.emulate_gemm1``.
+byte-exact results in the gfx950 emulator against ``moe.emulate.emulate_gemm1``.
 
 The fast subset compiles two variants at the small decode shape (disk-cached after the
 first run); the ladder at every small shape, the Kimi-K2.5 shape and most emulator runs
@@ -106,7 +106,9 @@ def test_regime_and_grid():
     assert K.default_block_m(16) == 16 and K.default_block_m(4096) == 128
     grid, block = K.launch_config(tokens=16, **SMALL)
     assert block == (256, 1, 1)
-    rows = K.max_sorted(16, SMALL["experts"], SMALL["topk"], 16)
+    from mxfp4_ablation.moe.host import max_sorted_rows
+
+    rows = max_sorted_rows(16, SMALL["topk"], SMALL["experts"], 16)
     assert grid == (rows // 16 * (SMALL["inter"] // 128), 1, 1)  # 1-D, the intermediate tile fastest
     inputs = K.make_inputs(tokens=200, **SMALL, block_m=128)
     assert inputs["sorting"].block_m == 128 and inputs["inter_quant"].shape == (inputs["sorting"].max_sorted, 128)
@@ -115,8 +117,9 @@ def test_regime_and_grid():
 def test_lds_layout_is_the_seeds_union():
     # Kimi: 7 KiB of A scales + 6 KiB of A stages under the 16 KiB f32 epilogue tile (BM16); 28 + 48 KiB
     # under 128 KiB (BM128).
-    assert K.lds_layout(7168, 16)["total"] == 16384 and K.lds_layout(7168, 16)["scale_bytes"] == 7168
-    assert K.lds_layout(7168, 128)["total"] == 131072 and K.lds_layout(7168, 128)["a_bytes"] == 3 * 16384
+    decode, prefill = (K.Geometry(tokens=16, **KIMI, block_m=bm) for bm in (16, 128))
+    assert decode.lds_bytes == 16384 and decode.scale_bytes == 7168
+    assert prefill.lds_bytes == 131072 and prefill.a_bytes == 3 * 16384
     with pytest.raises(ValueError, match="LDS"):
         K.check_shape(tokens=16, experts=8, hidden=65536, inter=256, topk=2, block_m=128)
 
@@ -205,6 +208,29 @@ def test_kernel_args_match_the_compiled_metadata(small_pair):
         meta = common.metadata_args(art.isa)
         meta = [a for a in meta if not a["value_kind"].startswith("hidden_")]
         assert [(e["offset"], e["size"]) for e in entries] == [(a["offset"], a["size"]) for a in meta], name
+
+
+def test_one_packer_places_every_kernarg_by_its_type_whatever_the_order():
+    """Both kernels' kernargs come from one packer (``BufferABI`` -> ``common.kernarg_entries``): each entry
+    at the next multiple of its alignment, so an i32 between two addresses pads the next one to 8 (gemm1's
+    order) and an i32 last pads nothing (gemm2's)."""
+    from mxfp4_ablation.kernels.moe_common import BufferABI
+
+    t = torch.zeros(2, 4, dtype=torch.uint8)
+    inputs = {"a": t, "n": 5, "b": t}
+    place = lambda names, on: [(e["name"], e["offset"], e["size"], e["kind"])  # noqa: E731
+                               for e in BufferABI(names, on).kernel_args(inputs)]
+    assert place(("a", "n", "b"), True) == [("a", 0, 8, "global_buffer"), ("n", 8, 4, "by_value"),
+                                            ("b", 16, 8, "global_buffer")]
+    assert place(("a", "b", "n"), True) == [("a", 0, 8, "global_buffer"), ("b", 8, 8, "global_buffer"),
+                                            ("n", 16, 4, "by_value")]
+    # descriptor ABI: every buffer flattened 1-D, a pointer and a one-i32 layout block (its length)
+    assert place(("a", "n", "b"), False) == [
+        ("a", 0, 8, "global_buffer"), ("a.layout", 8, 4, "by_value"), ("n", 12, 4, "by_value"),
+        ("b", 16, 8, "global_buffer"), ("b.layout", 24, 4, "by_value")]
+    assert BufferABI(("a", "n"), True).compile_args(inputs) == (0, 5)
+    flat, n = BufferABI(("a", "n"), False).device_args(inputs)
+    assert flat.shape == (8,) and flat.data_ptr() == t.data_ptr() and n == 5
 
 
 def test_int64_abi_shrinks_the_kernargs_and_their_scalar_loads(small_pair):

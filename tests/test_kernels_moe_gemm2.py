@@ -1,6 +1,6 @@
 """The MoE gemm2 (down projection) kernel: variants as data, offline gfx950 compiles, the ISA
 metric each switch moves, and bit-exact runs in the gfx950emu emulator against
-``moe.host.emulate_gemm2`` (which reads the same buffers)."""
+``moe.emulate.emulate_gemm2`` (which reads the same buffers)."""
 
 import functools
 import re
@@ -11,7 +11,7 @@ import torch
 from mxfp4_ablation import family, isa, metrics, toolchain, variants
 from mxfp4_ablation.kernels import common
 from mxfp4_ablation.kernels import moe_gemm2 as m2
-from mxfp4_ablation.moe import host
+from mxfp4_ablation.moe import emulate, host
 
 TARGET = "mxfp4_ablation.kernels.moe_gemm2:compile_entry"
 F = family.get("moe2")
@@ -159,8 +159,8 @@ def test_inputs_are_the_host_pipeline_buffers(regime):
     assert ref.shape == inp["out"].shape and ref.dtype == torch.bfloat16
     assert ref.float().abs().max() > 0.5
     if regime == "prefill":  # the host's weighted reduce of the flat rows is the token output
-        full = host.emulate_gemm2(inp["inter"], inp["inter_scale"], inp["w2_shuf"], inp["w2_scale_shuf"],
-                                  inp["sorting"], "nonatomic")
+        full = emulate.emulate_gemm2(inp["inter"], inp["inter_scale"], inp["w2_shuf"], inp["w2_scale_shuf"],
+                                     inp["sorting"], "nonatomic")
         torch.testing.assert_close(host.scatter_reduce(ref, inp["sorting"]), full["out"])
 
 

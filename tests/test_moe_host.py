@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from mxfp4_ablation import formats
-from mxfp4_ablation.moe import host
+from mxfp4_ablation.moe import emulate, host
+from mxfp4_ablation.moe.emulate import run_moe_pipeline
 from mxfp4_ablation.moe.host import (
     KIMI_K25_TP4,
     MoEProblem,
     make_moe_inputs,
     moe_sort,
-    run_moe_pipeline,
     small_test_problem,
 )
 from mxfp4_ablation.moe.reference import e8m0_scale_moe, moe_reference, quantize_mxfp4_moe
@@ -283,11 +283,11 @@ def test_interleaved_w1_gives_same_result_and_wrong_layout_is_caught():
     s = out["sorting"]
     w_il, s_il = host.preshuffle_w1(inp["w1_quant"], inp["w1_scale"], interleave=True)
     assert not torch.equal(w_il, out["w1_shuf"])
-    q_il, sc_il = host.emulate_gemm1(inp["a_quant"], out["a_scale_sorted_shuffled"], w_il, s_il, s, interleave=True)
+    q_il, sc_il = emulate.emulate_gemm1(inp["a_quant"], out["a_scale_sorted_shuffled"], w_il, s_il, s, interleave=True)
     assert torch.equal(q_il, out["inter_quant"]) and torch.equal(sc_il, out["inter_scale_shuffled"])
     # negative control: reading separated weights as interleaved scrambles gate/up
-    q_bad, _ = host.emulate_gemm1(inp["a_quant"], out["a_scale_sorted_shuffled"], out["w1_shuf"],
-                                  out["w1_scale_shuf"], s, interleave=True)
+    q_bad, _ = emulate.emulate_gemm1(inp["a_quant"], out["a_scale_sorted_shuffled"], out["w1_shuf"],
+                                     out["w1_scale_shuf"], s, interleave=True)
     valid = s.valid_row_mask()
     assert (q_bad[valid] != out["inter_quant"][valid]).float().mean() > 0.5
 
@@ -345,14 +345,14 @@ def test_single_token_both_regimes():
 def test_atomic_and_scatter_reduce_round_differently_by_hand():
     # one token, three contributions 1, 2**-8, 2**-8 (weight 1)
     contrib = torch.tensor([[1.0], [2.0 ** -8], [2.0 ** -8]])
-    atomic = host.atomic_accumulate_bf16(contrib, torch.tensor([0, 0, 0]), tokens=1)
+    atomic = emulate.atomic_accumulate_bf16(contrib, torch.tensor([0, 0, 0]), tokens=1)
     assert atomic.item() == 1.0  # each 1 + 2**-8 is a tie, rounded to even
     s = moe_sort(torch.tensor([[0, 1, 2]]), torch.ones(1, 3), num_experts=3, block_m=1)
     flat = torch.zeros(s.max_sorted, 1, dtype=torch.bfloat16)
     flat[s.reverse_sorted.long()] = contrib.to(torch.bfloat16)
     assert host.scatter_reduce(flat, s).item() == 1.0078125  # fp32 sum, one rounding
     # padding rows (token >= M) are skipped by the atomic epilogue
-    assert host.atomic_accumulate_bf16(contrib, torch.tensor([0, 1, 1]), tokens=1).item() == 1.0
+    assert emulate.atomic_accumulate_bf16(contrib, torch.tensor([0, 1, 1]), tokens=1).item() == 1.0
 
 
 def test_reference_hand_checked_tiny():
@@ -385,8 +385,8 @@ def test_pipeline_rejects_bad_input():
         run_moe_pipeline({k: v for k, v in inp.items() if k != "w2_scale"})
     _, _, out = _case(16, "decode")
     with pytest.raises(ValueError, match="bytes"):  # a scale buffer sized for the wrong sorting
-        host.emulate_gemm1(inp["a_quant"], out["a_scale_sorted_shuffled"][:-32], out["w1_shuf"],
-                           out["w1_scale_shuf"], out["sorting"])
+        emulate.emulate_gemm1(inp["a_quant"], out["a_scale_sorted_shuffled"][:-32], out["w1_shuf"],
+                              out["w1_scale_shuf"], out["sorting"])
 
 
 # --------------------------------------------------------------------------- problems and FLOPs

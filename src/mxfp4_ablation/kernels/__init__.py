@@ -6,7 +6,7 @@ Kernel families (each implements :class:`mxfp4_ablation.family.KernelFamily` and
 * :mod:`.gemm` - the dense MXFP4 GEMM (FlyDSL PR #990's 4-wave 256x256 kernel, rebuilt with one
   boolean switch per optimisation);
 * :mod:`.moe_gemm1` / :mod:`.moe_gemm2` - the a4w4 MXFP4 MoE gate/up + silu + requant and down
-  projection (aiter PR #3828), sharing :mod:`.moe_shape`.
+  projection (aiter PR #3828), sharing :mod:`.moe_common` (shape rule, switch flags, the buffer ABI).
 
 Each declares its optimisations as :class:`~mxfp4_ablation.family.Switch` records next to the
 builder, its outputs as :class:`~mxfp4_ablation.family.Output` records, and the contract's functions

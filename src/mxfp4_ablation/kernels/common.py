@@ -2,9 +2,12 @@
 
 The kernels in this package talk to the hardware through a handful of
 primitives: buffer resources, ``buffer_load`` to VGPRs, ``buffer_load ... lds``
-(LDS DMA), ``ds_read`` through a raw LDS pointer, ``buffer_store`` and the
-scaled MFMA.  Keeping them here lets ``mfma_tile`` and ``gemm`` read like the
-data movement they describe instead of like MLIR plumbing.
+(LDS DMA), ``ds_read`` through a raw LDS pointer, ``buffer_store``, the scaled
+MFMA, and -- for the MoE kernels, which may take their buffers as bare 64-bit
+addresses -- global memory by address (buffer resources, pointers, loads and
+stores from an argument's address) and an ``scf.if`` block.  Keeping them here
+lets the kernels read like the data movement they describe instead of like MLIR
+plumbing.
 
 The IR helpers must be called from inside a ``@flyc.kernel`` body (they emit IR
 at the current insertion point); the kernarg helpers at the bottom
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import flydsl.expr as fx
 from flydsl._mlir import ir
-from flydsl._mlir.dialects import llvm
+from flydsl._mlir.dialects import llvm, scf
 from flydsl.expr import rocdl
 from flydsl.expr.typing import T
 
@@ -122,6 +125,89 @@ def zeros_f32x4():
     return raw(fx.Vector.from_elements([fx.Float32(0.0)] * 4, fx.Float32))
 
 
+def allocate_lds(nbytes: int):
+    """A kernel's LDS block, allocated (call it in the kernel body): one 16-byte-aligned array of ``nbytes``
+    bytes, ``.buf`` (its byte address: :func:`lds_addr`)."""
+    shared = fx.struct(type("Shared", (), {"__annotations__": {"buf": fx.Array[fx.Int8, nbytes, 16]}}))
+    return fx.SharedAllocator().allocate(shared).peek()
+
+
+# --------------------------------------------------------------------------- global memory by address
+#
+# A global buffer reaches a kernel as an ``fx.Tensor`` argument (a pointer and its layout block) or, with
+# the MoE kernels' ``int64_abi``, as a bare 64-bit address (``fx.Int64``); from its address a kernel builds
+# buffer resources and plain global pointers alike.
+
+#: Buffer resource (V#) dword 3 for gfx9 raw buffers (32-bit data format, no swizzle), as FlyDSL's
+#: ``make_buffer_ptr`` builds it.
+BUFFER_FLAGS = (7 << 12) | (4 << 15)
+
+
+def buffer_arg(bare_address: bool):
+    """The parameter type of a global buffer argument: ``fx.Int64`` (its bare address) or ``fx.Tensor``."""
+    return fx.Int64 if bare_address else fx.Tensor
+
+
+def address(arg):
+    """The base address (an i64 ``ir.Value``) of a global buffer argument, whichever type it has
+    (:func:`buffer_arg`)."""
+    if isinstance(arg, fx.Tensor):
+        return raw(fx.Int64(fx.ptrtoint(fx.get_iter(arg))))
+    return raw(fx.Int64(arg))
+
+
+def global_ptr(addr_i64):
+    """An ``!llvm.ptr<1>`` (global pointer) from an i64 address."""
+    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), raw(addr_i64))
+
+
+def gep(ptr, off):
+    """``getelementptr i8, ptr, off``: ``ptr`` (any address space) plus ``off`` bytes (an i32, sign-extended,
+    or an i64 ``ir.Value``)."""
+    off = off if isinstance(off, ir.Value) and off.type == T.i64 else i32(off)
+    return llvm.GEPOp(ptr.type, ptr, [off], [-(2 ** 31)], T.i8, None).result
+
+
+def global_load(addr_i64, off, ty=None, const=0):
+    """One ``ty`` (default i32) from global memory at ``addr_i64 + off`` (+ ``const`` bytes: a constant
+    GEP, which rides in the instruction's offset): ``s_load`` when the address is uniform, else
+    ``global_load``."""
+    ptr = gep(global_ptr(addr_i64), off)
+    if const:
+        ptr = llvm.GEPOp(ptr.type, ptr, [], [const], T.i8, None).result
+    return llvm.LoadOp(ty or T.i32, ptr, alignment=4).result
+
+
+def global_store(value, addr_i64, off, align):
+    """``value`` to global memory at ``addr_i64 + off`` (``global_store_*``; ``align`` in bytes)."""
+    llvm.StoreOp(raw(value), gep(global_ptr(addr_i64), off), alignment=align)
+
+
+def buffer_rsrc_at(addr_i64, nbytes):
+    """A buffer resource (V#) for the buffer at ``addr_i64`` with a bound of ``nbytes`` (a Python int or an
+    i64 value; ``0xFFFFFFFF``: unbounded)."""
+    n = raw(fx.Int64(nbytes))
+    return rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), global_ptr(addr_i64), raw(fx.Int16(0)), n,
+                                  raw(fx.Int32(BUFFER_FLAGS)))
+
+
+class if_then:
+    """``with if_then(cond):`` -- an ``scf.if`` without results or else branch; its block closes with the
+    yield."""
+
+    def __init__(self, cond):
+        self.op = scf.IfOp(raw(cond), [], has_else=False)
+
+    def __enter__(self):
+        self.ip = ir.InsertionPoint(self.op.then_block)
+        self.ip.__enter__()
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            scf.YieldOp([])
+        self.ip.__exit__(*exc)
+
+
 # --------------------------------------------------------------------------- kernargs
 #
 # How FlyDSL 0.5 lays out the kernel arguments (read off the metadata ``.args`` of
@@ -131,7 +217,9 @@ def zeros_f32x4():
 #   pointer) followed by a ``by_value`` block holding every dimension as an i32,
 #   then the stride of every non-unit-stride dimension as an i64 (a 2-D row-major
 #   tensor: ``<i32 rows, i32 cols, i64 row_stride>`` = 16 bytes);
-# * an ``fx.Int32`` becomes one 4-byte ``by_value``.
+# * an ``fx.Int32`` becomes one 4-byte ``by_value``;
+# * an ``fx.Int64`` holding a buffer's bare address (the MoE kernels' ``int64_abi``) is one 8-byte
+#   ``by_value``.
 #
 # Each entry is aligned to its natural alignment (8 for pointers and for blocks
 # holding an i64, else 4).
@@ -155,7 +243,7 @@ def kernarg_values(spec) -> list:
             for e in kernarg_entries(spec)]
 
 
-def kernarg_entries(spec) -> list:
+def kernarg_entries(spec, bare_addresses: bool = False) -> list:
     """Turn ``[(name, value), ...]`` (a torch tensor or a Python int each, in the
     kernel's parameter order) into a described kernarg list, one dict per
     metadata ``.args`` entry, in order:
@@ -163,27 +251,33 @@ def kernarg_entries(spec) -> list:
     * ``{"name", "kind": "global_buffer", "offset", "size": 8, "tensor"}`` -- the
       emulator allocates ``tensor``'s bytes and writes their address here;
     * ``{"name", "kind": "by_value", "offset", "size", "bytes"}`` -- raw bytes.
+
+    ``bare_addresses``: every tensor is one 8-byte address (an ``fx.Int64`` parameter, the MoE kernels'
+    ``int64_abi``; the metadata calls it ``by_value``) instead of a pointer and its layout block.  Every
+    offset follows from the entries before it and each entry's alignment, whatever the order.
     """
     out, offset = [], 0
     for name, value in spec:
-        if isinstance(value, bool) or not (isinstance(value, int) or hasattr(value, "stride")):
-            raise ValueError(f"kernel argument {name!r} must be a torch tensor or an int, got {type(value).__name__}.")
-        if isinstance(value, int):
-            offset = -(-offset // 4) * 4
-            out.append({"name": name, "kind": "by_value", "offset": offset, "size": 4,
-                        "bytes": int(value).to_bytes(4, "little", signed=True)})
-            offset += 4
-            continue
-        offset = -(-offset // 8) * 8
-        out.append({"name": name, "kind": "global_buffer", "offset": offset, "size": 8, "tensor": value})
-        offset += 8
-        layout = _tensor_layout_bytes(value)
-        align = 8 if len(layout) % 8 == 0 and len(layout) > len(value.shape) * 4 else 4
-        offset = -(-offset // align) * align
-        out.append({"name": f"{name}.layout", "kind": "by_value", "offset": offset, "size": len(layout),
-                    "bytes": layout})
-        offset += len(layout)
+        for entry, align in _kernarg_pieces(name, value, bare_addresses):
+            offset = -(-offset // align) * align
+            out.append({**entry, "offset": offset})
+            offset += entry["size"]
     return out
+
+
+def _kernarg_pieces(name, value, bare_address: bool) -> list:
+    """The metadata entries of one kernel argument with their alignments: ``[(entry, align), ...]``."""
+    if isinstance(value, bool) or not (isinstance(value, int) or hasattr(value, "stride")):
+        raise ValueError(f"kernel argument {name!r} must be a torch tensor or an int, got {type(value).__name__}.")
+    if isinstance(value, int):
+        return [({"name": name, "kind": "by_value", "size": 4,
+                  "bytes": int(value).to_bytes(4, "little", signed=True)}, 4)]
+    pointer = ({"name": name, "kind": "global_buffer", "size": 8, "tensor": value}, 8)
+    if bare_address:
+        return [pointer]
+    layout = _tensor_layout_bytes(value)
+    align = 8 if len(layout) % 8 == 0 and len(layout) > len(value.shape) * 4 else 4
+    return [pointer, ({"name": f"{name}.layout", "kind": "by_value", "size": len(layout), "bytes": layout}, align)]
 
 
 def metadata_args(isa_text: str) -> list:

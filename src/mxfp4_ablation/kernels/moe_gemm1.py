@@ -92,8 +92,9 @@ from mxfp4_ablation import family as _family
 from mxfp4_ablation.errors import UsageError
 from mxfp4_ablation.family import Expect, Output, Switch
 
-from .moe_shape import (  # noqa: F401 - the contract's shape names, re-exported
-    BLOCK_MS, check, default_block_m, max_sorted, OPTIONAL_SHAPE_PARAMS, PR_3828, SHAPE_PARAMS,
+from .moe_common import (  # noqa: F401 - the contract's shape names, re-exported
+    BufferABI, check_inputs, default_block_m, expert_weights, MoEGeometry, N_WAVES, OPTIONAL_SHAPE_PARAMS,
+    PR_3828, routed_problem, SHAPE_PARAMS, switch_flags, WORKGROUP_ATTRS,
 )
 
 NAME = "moe1"
@@ -142,14 +143,13 @@ SWITCHES = _family.switch_table(
 )
 
 #: Both outputs are quantised (fp4 bytes and E8M0 scale bytes), so both are compared byte for byte
-#: with ``moe.host.emulate_gemm1``, which computes the same f32 silu*up and MoE E8M0 rule.
+#: with ``moe.emulate.emulate_gemm1``, which computes the same f32 silu*up and MoE E8M0 rule.
 OUTPUTS = (
     Output("inter_quant", "exact", why="packed fp4 of silu(gate)*up: quantised values, bytes must match"),
     Output("inter_scale", "exact", why="E8M0 block scales (preshuffled): bytes must match"),
 )
 
 BLOCK_N = 128  # intermediate columns per workgroup = 256 W1 rows (128 gate + 128 up), 32 + 32 per wave
-N_WAVES = 4
 K_STEP = 256  # fp4 per K tile (two MFMAs of 128 per accumulator)
 A_STAGES = 3  # LDS stages of the A tile (read t, t+1 in flight, t+2 being written)
 B_STAGES = 2  # register stages of the W operands
@@ -162,8 +162,13 @@ ARG_NAMES = ("a_quant", "a_scale", "w1", "w1_scale", "sorted_expert_ids", "num_v
              "tokens", "inter_quant", "inter_scale", "hidden_states")
 
 
-def _fam():
-    return _family.of_module(__name__)
+def _flags(switches):
+    """The switch keywords as ``sw.<switch>`` booleans (validated)."""
+    return switch_flags(_family.of_module(__name__), switches)
+
+
+def _abi(switches) -> BufferABI:
+    return BufferABI(ARG_NAMES, _flags(switches).int64_abi)
 
 
 def inline_quant(block_m: int) -> bool:
@@ -172,41 +177,48 @@ def inline_quant(block_m: int) -> bool:
     return block_m == 16
 
 
-def lds_layout(hidden: int, block_m: int) -> dict:
-    """Byte offsets and sizes of the LDS regions: the A scales of every K tile, then the A stages,
-    and the f32 epilogue tile ``[block_m, 256]`` that overlaps both (a union: it is written after the
-    last MFMA, behind a barrier).  The scales come first so their ``ds_read`` offsets stay inside the
-    16-bit DS offset field (pairs merge into ``ds_read2st64_b32``)."""
-    kt = hidden // K_STEP
-    subs = 1 if block_m < 32 else block_m // 32
-    a = A_STAGES * block_m * TILE_BYTES
-    sc = subs * kt * 256
-    acc = block_m * 2 * BLOCK_N * 4
-    return {"scales": 0, "scale_bytes": sc, "a": sc, "a_bytes": a, "acc": 0, "acc_bytes": acc,
-            "total": max(a + sc, acc), "subs": subs}
-
-
 def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
     """Validate a shape before any compile (one clear ValueError); returns it with ``block_m`` defaulted."""
-    shape = check(tokens, experts, hidden, inter, topk, block_m)
-    if hidden % K_STEP:
-        raise UsageError(f"hidden must be a multiple of {K_STEP} (one K tile), got {hidden}.")
-    if tokens * hidden * 2 >= 1 << 32 or experts * inter * hidden >= 1 << 32:
-        raise UsageError("the hidden states (bf16), a_quant and w1 must each stay below 4 GiB (32-bit buffer "
-                         "offsets).")
-    need = lds_layout(hidden, shape["block_m"])["total"]
-    if need > LDS_LIMIT:
-        raise UsageError(f"hidden {hidden} needs {need} bytes of LDS at block_m {shape['block_m']} (A scales of "
-                         f"every K tile are staged), more than gfx950's {LDS_LIMIT}.")
-    return shape
+    return Geometry(tokens, experts, hidden, inter, topk, block_m).shape
+
+
+class Geometry(MoEGeometry):
+    """Every compile-time number of one gemm1 shape (sizes in bytes unless named otherwise): the shared
+    MoE numbers (:class:`~mxfp4_ablation.kernels.moe_common.MoEGeometry`), this kernel's checks, its K
+    tiling and its LDS regions -- the A scales of every K tile (at ``lds_scales``), then the A stages (at
+    ``lds_a``), and the f32 epilogue tile ``[block_m, 256]`` (at 0) that overlaps both (a union: it is
+    written after the last MFMA, behind a barrier).  The scales come first so their ``ds_read`` offsets stay
+    inside the 16-bit DS offset field (pairs merge into ``ds_read2st64_b32``)."""
+
+    def __init__(self, tokens, experts, hidden, inter, topk, block_m=None):
+        super().__init__(tokens, experts, hidden, inter, topk, block_m)
+        if hidden % K_STEP:
+            raise UsageError(f"hidden must be a multiple of {K_STEP} (one K tile), got {hidden}.")
+        if tokens * hidden * 2 >= 1 << 32 or experts * inter * hidden >= 1 << 32:
+            raise UsageError("the hidden states (bf16), a_quant and w1 must each stay below 4 GiB (32-bit buffer "
+                             "offsets).")
+        BM = self.BM
+        self.inline = inline_quant(BM)
+        self.HB = hidden // 2  # bytes per A / W row
+        self.K0 = hidden // 128  # 128-K blocks per W row
+        self.KT = hidden // K_STEP  # K tiles = scale dwords per 32-row group and lane
+        self.RG = BM // 16  # 16-row groups per block
+        self.n_tiles = inter // BLOCK_N  # intermediate tiles (workgroups per row block)
+        self.subs = 1 if BM < 32 else BM // 32  # 32-row A-scale chunks of the block
+        self.lds_scales, self.scale_bytes = 0, self.subs * self.KT * 256
+        self.lds_a, self.a_bytes = self.scale_bytes, A_STAGES * BM * TILE_BYTES
+        self.acc_bytes = BM * 2 * BLOCK_N * 4
+        self.lds_bytes = max(self.a_bytes + self.scale_bytes, self.acc_bytes)
+        if self.lds_bytes > LDS_LIMIT:
+            raise UsageError(f"hidden {hidden} needs {self.lds_bytes} bytes of LDS at block_m {BM} (A scales of "
+                             f"every K tile are staged), more than gfx950's {LDS_LIMIT}.")
 
 
 def launch_config(tokens, experts, hidden, inter, topk, block_m=None):
     """``(grid, block)``: one workgroup per (sorted block, 128 intermediate columns), in a 1-D grid
     (workgroup ``b * inter/128 + n``: block ``b``, intermediate tile ``n``)."""
-    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
-    blocks = max_sorted(tokens, experts, topk, block_m) // block_m
-    return (blocks * (inter // BLOCK_N), 1, 1), (64 * N_WAVES, 1, 1)
+    g = Geometry(tokens, experts, hidden, inter, topk, block_m)
+    return (g.m_blocks * g.n_tiles, 1, 1), (64 * N_WAVES, 1, 1)
 
 
 # ============================================================================ kernel emission
@@ -216,7 +228,7 @@ def launch_config(tokens, experts, hidden, inter, topk, block_m=None):
 
 # FlyDSL takes seconds to import; it loads on the first build() / kernel_args() so that registering
 # the family (reading its records) stays cheap. The names are filled in by _load_flydsl().
-flyc = fx = ir = _arith = llvm = scf = const_expr = rocdl = T = C = None
+flyc = fx = ir = _arith = llvm = const_expr = rocdl = T = C = None
 
 
 def _load_flydsl():
@@ -226,44 +238,12 @@ def _load_flydsl():
 
 
 _UNBOUNDED = 0xFFFFFFFF
-# Buffer-resource dword 3 for gfx9 raw buffers, as FlyDSL's make_buffer_ptr builds it.
-_RSRC_FLAGS = (7 << 12) | (4 << 15)
-
-
-def _rsrc_from_addr(addr_i64, nbytes):
-    """A buffer resource (V#) from a bare 64-bit address and a byte bound."""
-    ptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), C.raw(fx.Int64(addr_i64)))
-    n = C.raw(fx.Int64(nbytes))
-    return rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), ptr, C.raw(fx.Int16(0)), n,
-                                  C.raw(fx.Int32(_RSRC_FLAGS)))
-
-
-def _base_addr(sw, arg):
-    """The 64-bit base address of a global buffer argument (a bare address with ``int64_abi``, else
-    the tensor's pointer)."""
-    if "int64_abi" in sw:
-        return C.raw(fx.Int64(arg))
-    return C.raw(fx.Int64(fx.ptrtoint(fx.get_iter(arg))))
-
-
-def _gptr(base, off):
-    """``!llvm.ptr<1>`` at ``base`` (i64) + ``off`` (i32): a byte GEP, so the offset is sign-extended
-    (the seed's ``_gep1`` addressing)."""
-    ptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), base)
-    return llvm.getelementptr(ir.Type.parse("!llvm.ptr<1>"), ptr, [C.i32(off)], [-2147483648], T.i8, 0)
 
 
 def _gload(base, off, const=0):
-    """One i32 from global memory (``s_load_dword`` when uniform, else ``global_load_dword``) at
-    ``base + off`` (+ ``const`` bytes, a constant GEP that rides in the instruction's offset)."""
-    ptr = _gptr(base, off)
-    if const:
-        ptr = llvm.getelementptr(ir.Type.parse("!llvm.ptr<1>"), ptr, [], [const], T.i8, 0)
-    return fx.Int32(llvm.LoadOp(T.i32, ptr, alignment=4).result)
-
-
-def _gstore(value, base, off, align):
-    llvm.StoreOp(C.raw(value), _gptr(base, off), alignment=align)
+    """One i32 (``fx.Int32``) from global memory at ``base + off`` (+ ``const``): :func:`common.global_load`
+    (a byte GEP, so the offset is sign-extended: the seed's ``_gep1`` addressing)."""
+    return fx.Int32(C.global_load(base, off, const=const))
 
 
 def _trunc(ty, v):
@@ -343,86 +323,60 @@ def _moe_e8m0(amax):
     return fx.Int32(fx.arith.select(C.raw(bexp < 254), C.raw(bexp), C.raw(fx.Int32(254))))
 
 
-def _block_is_valid(sw, num_valid_ids, block_m, n_tiles):
+def _block_is_valid(num_valid_ids, block_m, n_tiles):
     """``block_idx.x < (num_valid_ids[0] / block_m) * n_tiles``: workgroups past the padded rows exit
     at once (signed i32 arithmetic, as the seed's bound)."""
-    num_valid = _gload(_base_addr(sw, num_valid_ids), 0)
+    num_valid = _gload(C.address(num_valid_ids), 0)
     return fx.Int32(fx.block_idx.x) < (num_valid // block_m) * n_tiles
-
-
-def _if(cond):
-    """``scf.if cond`` without else, as a context manager over its then-block."""
-    op = scf.IfOp(C.raw(cond), [], has_else=False)
-
-    class _Then:
-        def __enter__(self):
-            self.ip = ir.InsertionPoint(op.then_block)
-            self.ip.__enter__()
-
-        def __exit__(self, *exc):
-            scf.YieldOp([])
-            self.ip.__exit__(*exc)
-
-    return _Then()
 
 
 class _Emitter:
     """Emits one gemm1 kernel body for fixed sizes and switches."""
 
-    def __init__(self, sw, experts, hidden, inter, block_m):
-        self.sw = sw
-        self.E, self.H, self.I, self.BM = experts, hidden, inter, block_m
-        self.HB = hidden // 2  # bytes per A / W row
-        self.K0 = hidden // 128  # 128-K blocks per W row
-        self.KT = hidden // K_STEP  # K tiles = scale dwords per 32-row group and lane
-        self.RG = block_m // 16  # 16-row groups per block
-        self.inline = inline_quant(block_m)
-        self.lay = lds_layout(hidden, block_m)
+    def __init__(self, g: Geometry, sw):
+        self.g, self.sw = g, sw
 
     # ------------------------------------------------------------------ setup
     def setup(self, args, lds):
         """Buffer resources, the block's expert, the per-lane offsets."""
-        sw, HB, BM, I = self.sw, self.HB, self.BM, self.I
+        HB, BM, I = self.g.HB, self.g.BM, self.g.I
         tokens = fx.Int32(args["tokens"])
-        if "int64_abi" in sw:
-            def mk(name, n):
-                return _rsrc_from_addr(args[name], n)
-        else:
-            def mk(name, n):
-                return C.buffer_rsrc(args[name], None if isinstance(n, int) else n)
+
+        def mk(name, n):
+            return C.buffer_rsrc_at(C.address(args[name]), n)
+
         tid = fx.thread_idx.x
         self.tid = fx.Int32(tid)
         self.lane = fx.Int32(tid % 64)
         self.wave = fx.Int32(C.uniform(tid // 64))
         # 1-D grid, the intermediate tile fastest (consecutive workgroups share the block's A rows).
         bx = fx.Int32(fx.block_idx.x)
-        nt = I // BLOCK_N
-        self.blk = bx // nt
-        self.ntile = bx % nt
+        self.blk = bx // self.g.n_tiles
+        self.ntile = bx % self.g.n_tiles
         self.row0 = self.blk * BM  # first sorted row of the block
         self.lds = fx.Int32(C.uniform(C.lds_addr(lds.buf)))
-        self.s_aq = self.lds + self.lay["a"]
-        self.s_asc = self.lds + self.lay["scales"]
+        self.s_aq = self.lds + self.g.lds_a
+        self.s_asc = self.lds + self.g.lds_scales
         lane, wave = self.lane, self.wave
-        self.q_base = _base_addr(sw, args["inter_quant"])
-        self.s_base = _base_addr(sw, args["inter_scale"])
-        mind = _base_addr(sw, args["m_indices"])
-        self.expert = fx.Int32(C.uniform(_gload(_base_addr(sw, args["sorted_expert_ids"]), self.blk * 4)))
+        self.q_base = C.address(args["inter_quant"])
+        self.s_base = C.address(args["inter_scale"])
+        mind = C.address(args["m_indices"])
+        self.expert = fx.Int32(C.uniform(_gload(C.address(args["sorted_expert_ids"]), self.blk * 4)))
         # A rows: the token of each row this lane moves (out-of-range tokens read zeros).
-        if self.inline:
-            self.h_rsrc = mk("hidden_states", fx.Int64(tokens) * (self.H * 2))
+        if self.g.inline:
+            self.h_rsrc = mk("hidden_states", fx.Int64(tokens) * (self.g.H * 2))
             r = wave * 4 + lane // 16  # row of the block; 16 lanes per row, 4 rows per wave
             self.q_row = r
             token = _gload(mind, (self.row0 + r) * 4)
             blk4, quad = (lane >> 2) & 3, lane & 3
             self.q_blk, self.q_quad = blk4, quad
-            self.h_voff = token * (self.H * 2) + blk4 * 64 + quad * 16
+            self.h_voff = token * (self.g.H * 2) + blk4 * 64 + quad * 16
         else:
             self.a_rsrc = mk("a_quant", fx.Int64(tokens) * HB)
             self.sa_rsrc = mk("a_scale", _UNBOUNDED)
             self.dma_token, self.dma_row, self.dma_voff = [], [], None
             rows = (self.row0 + wave * (BM // 4) + lane // 8) * 4
-            for sub in range(self.lay["subs"]):
+            for sub in range(self.g.subs):
                 lds_row = wave * (BM // 4) + sub * 8  # 8 rows of 128 bytes per DMA instruction
                 self.dma_token.append(_gload(mind, rows, sub * 32))
                 self.dma_row.append(lds_row)
@@ -432,9 +386,9 @@ class _Emitter:
         col0 = self.ntile * BLOCK_N + wave * 32
         n0 = [col0 // 16, col0 // 16 + 1, col0 // 16 + I // 16, col0 // 16 + 1 + I // 16]
         ebase = self.expert * (2 * I // 16)
-        self.w_sbase = [fx.Int32(C.uniform((ebase + n) * (self.K0 * 1024))) for n in n0]
+        self.w_sbase = [fx.Int32(C.uniform((ebase + n) * (self.g.K0 * 1024))) for n in n0]
         r1 = [col0 // 32, col0 // 32 + I // 32]  # gate, up 32-row scale groups
-        self.ws_sbase = [fx.Int32(C.uniform((self.expert * (2 * I // 32) + r) * (self.KT * 256))) for r in r1]
+        self.ws_sbase = [fx.Int32(C.uniform((self.expert * (2 * I // 32) + r) * (self.g.KT * 256))) for r in r1]
         # ds_read of the A fragments: row 16 i + lane % 16, 16-byte chunk 4 k + lane // 16, XOR-swizzled.
         nl = lane % 16
         self.a_rd = [nl * TILE_BYTES + (((lane // 16) * 16 + k * 64) ^ ((nl & 14) << 3)) for k in range(2)]
@@ -443,9 +397,9 @@ class _Emitter:
     def a_scales_to_lds(self):
         """Prologue (non-inline): the A scales of every K tile, ``subs`` 32-row chunks of ``KT*256``
         bytes, by LDS DMA: dwordx4 per 4 KiB (all waves), dword per 1 KiB, the rest by fewer waves."""
-        cb = self.KT * 256
+        cb = self.g.KT * 256
         wave, lane = self.wave, self.lane
-        for sub in range(self.lay["subs"]):
+        for sub in range(self.g.subs):
             chunk = fx.Int32(C.uniform((self.row0 // 32 + sub) * cb))
             dst = self.s_asc + sub * cb
             off = 0
@@ -456,7 +410,7 @@ class _Emitter:
                 self._dma(self.sa_rsrc, dst + off + wave * 256, (wave * 64 + lane) * 4, chunk + off, 4)
                 off += 1024
             if cb - off:
-                with _if(wave < (cb - off) // 256):
+                with C.if_then(wave < (cb - off) // 256):
                     self._dma(self.sa_rsrc, dst + off + wave * 256, (wave * 64 + lane) * 4, chunk + off, 4)
 
     def _dma(self, rsrc, m0, voff, soff, size):
@@ -466,10 +420,10 @@ class _Emitter:
     def a_tile_to_lds(self, t):
         """Non-inline: K tile ``t`` of A (BM x 128 bytes) into stage ``t % 3`` by LDS DMA."""
         if self.dma_voff is None:  # on first use: after the A-scale DMA, which needs no token
-            lane, HB = self.lane, self.HB
+            lane, HB = self.lane, self.g.HB
             self.dma_voff = [token * HB + (((lane % 8) * 16) ^ (((lds_row + lane // 8) & 14) << 3))
                              for token, lds_row in zip(self.dma_token, self.dma_row)]
-        stage = self.s_aq + (t % A_STAGES) * (self.BM * TILE_BYTES)
+        stage = self.s_aq + (t % A_STAGES) * (self.g.BM * TILE_BYTES)
         for voff, lds_row in zip(self.dma_voff, self.dma_row):
             C.lds_dma_dwordx4(self.a_rsrc, fx.Int32(C.uniform(stage + lds_row * TILE_BYTES)), voff, t * TILE_BYTES)
 
@@ -491,7 +445,7 @@ class _Emitter:
         for ctrl in (_QUAD_SWAP1, _QUAD_SWAP2):
             amax = [_umax(a, _dpp(a, ctrl)) for a in amax]
         e8 = [_inline_e8m0(a) for a in amax]
-        stage = self.s_aq + (t % A_STAGES) * (self.BM * TILE_BYTES) + r * TILE_BYTES
+        stage = self.s_aq + (t % A_STAGES) * (self.g.BM * TILE_BYTES) + r * TILE_BYTES
         bf2 = ir.VectorType.get([2], ir.BF16Type.get())
         for half, dw in enumerate(dws):
             scale = C.raw((e8[half] << 23).bitcast(fx.Float32))
@@ -518,30 +472,30 @@ class _Emitter:
     # ------------------------------------------------------------------ LDS -> VGPR, MFMA
     def a_read(self, t):
         """This wave's A fragments of tile ``t`` (every row group, both 128-K halves) and A-scale dwords."""
-        stage = self.s_aq + (t % A_STAGES) * (self.BM * TILE_BYTES)
-        a = [[None, None] for _ in range(self.RG)]
+        stage = self.s_aq + (t % A_STAGES) * (self.g.BM * TILE_BYTES)
+        a = [[None, None] for _ in range(self.g.RG)]
         for k in range(2):  # the first 128-K half of every row group first (the scheduler reorders anyway)
-            for i in range(self.RG):
+            for i in range(self.g.RG):
                 a[i][k] = C.ds_read_b128(stage + i * 16 * TILE_BYTES + self.a_rd[k])
-        sa = [C.ds_read_b32(self.s_asc + sub * (self.KT * 256) + t * 256 + self.lane * 4)
-              for sub in range(self.lay["subs"])]
+        sa = [C.ds_read_b32(self.s_asc + sub * (self.g.KT * 256) + t * 256 + self.lane * 4)
+              for sub in range(self.g.subs)]
         return a, sa
 
     def mfma(self, acc, a, sa, w, ws, j):
         """The 2 * RG MFMAs of W tile ``j`` (A is src0, W src1), per 32-row scale group: both 16-row
         halves' first 128-K half, then their second."""
-        groups = [[0]] if self.RG == 1 else [[2 * p, 2 * p + 1] for p in range(self.RG // 2)]
+        groups = [[0]] if self.g.RG == 1 else [[2 * p, 2 * p + 1] for p in range(self.g.RG // 2)]
         for rows in groups:
             for k in range(2):
                 for i in rows:
-                    sa_word, np_a = (sa[0], 0) if self.inline else (sa[i // 2], i % 2)
+                    sa_word, np_a = (sa[0], 0) if self.g.inline else (sa[i // 2], i % 2)
                     n = i * 4 + j
                     acc[n] = C.mfma_scale_fp4(a[i][k], w[j][k], acc[n], sa_word, ws[j // 2], 2 * k + np_a,
                                               2 * k + j % 2)
 
     # ------------------------------------------------------------------ the unrolled K tiles
     def main(self):
-        KT, inline, hint = self.KT, self.inline, self.BM != 128
+        KT, inline, hint = self.g.KT, self.g.inline, self.g.BM != 128
         if not inline:
             self.a_scales_to_lds()
         w = [None] * B_STAGES
@@ -555,7 +509,7 @@ class _Emitter:
                 self.a_tile_to_lds(t)
                 w[t] = [self.w_load(t, j) for j in range(4)]
             ws[t] = self.w_scale_load(t)
-        acc = [C.zeros_f32x4() for _ in range(4 * self.RG)]
+        acc = [C.zeros_f32x4() for _ in range(4 * self.g.RG)]
         for t in range(KT):
             nt = t + B_STAGES
             fx.gpu.barrier()  # stage t % 3 landed (DMA / ds_write of every wave), stage (t+2) % 3 is free
@@ -594,7 +548,7 @@ class _Emitter:
         fp4 pack, one dword store; the scale byte (short for two 16-row halves at BM128)."""
         fx.gpu.barrier()  # every wave is done with the A stages (the f32 tile overlaps them)
         lane, wave = self.lane, self.wave
-        for i in range(self.RG):
+        for i in range(self.g.RG):
             vec = [fx.Vector(acc[i * 4 + j]) for j in range(4)]
             for v in range(4):
                 row = i * 16 + (lane // 16) * 4 + v
@@ -603,12 +557,12 @@ class _Emitter:
                     llvm.StoreOp(C.raw(_f32(vec[j][v])), C.lds_ptr(self.lds + (row * 2 * BLOCK_N + col) * 4),
                                  alignment=4)
         fx.gpu.barrier()
-        hw = "exp2" in self.sw
-        I = self.I
+        hw = self.sw.exp2
+        I = self.g.I
         m_lane, n_lane = self.tid // 16, self.tid % 16
         wgrp, kk = n_lane // 4, n_lane % 4
         e8 = []
-        for mr in range(self.RG):
+        for mr in range(self.g.RG):
             row_local = mr * 16 + m_lane
             base = self.lds + (row_local * 2 * BLOCK_N + wgrp * 32 + kk * 8) * 4
             gate = [fx.Vector(llvm.bitcast(ir.VectorType.get([4], T.f32), C.ds_read_b128(base + 16 * p)))
@@ -632,47 +586,40 @@ class _Emitter:
             for n in range(4):
                 word = rocdl.cvt_scalef32_pk_fp4_f32(T.i32, word, C.raw(h[2 * n]), C.raw(h[2 * n + 1]), scale, n)
             row = self.row0 + row_local
-            _gstore(word, self.q_base, row * (I // 2) + self.ntile * (BLOCK_N // 2) + wgrp * 16 + kk * 4, 4)
+            C.global_store(word, self.q_base, row * (I // 2) + self.ntile * (BLOCK_N // 2) + wgrp * 16 + kk * 4, 4)
         # Scale bytes in the preshuffled layout (formats.shuffle_scales) of column block ntile*4 + wgrp:
         # byte ((r1 * I/256 + ntile//2) * 4 + wgrp) * 64 + 4 * m_lane + 2 * (ntile % 2) + np. The 4 lanes of a
         # quad store the same value to the same address.
         k1, kp = self.ntile.shrui(fx.Int32(1)), self.ntile & 1
-        if self.RG == 1:
+        if self.g.RG == 1:
             r1, np_ = self.blk.shrui(fx.Int32(1)), self.blk & 1
             off = ((r1 * (I // 256) + k1) * 4 + wgrp) * 64 + m_lane * 4 + kp * 2 + np_
-            _gstore(_trunc(T.i8, e8[0]), self.s_base, off, 1)
+            C.global_store(_trunc(T.i8, e8[0]), self.s_base, off, 1)
         else:
-            for s in range(self.RG // 2):
-                r1 = self.blk * (self.BM // 32) + s
+            for s in range(self.g.RG // 2):
+                r1 = self.blk * (self.g.BM // 32) + s
                 off = ((r1 * (I // 256) + k1) * 4 + wgrp) * 64 + m_lane * 4 + kp * 2
-                _gstore(_trunc(T.i16, e8[2 * s] | (e8[2 * s + 1] << 8)), self.s_base, off, 2)
+                C.global_store(_trunc(T.i16, e8[2 * s] | (e8[2 * s + 1] << 8)), self.s_base, off, 2)
 
 
 def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None, **switches):
     """The ``@flyc.jit`` launcher for the given sizes and switches (names of
     :data:`SWITCHES` mapped to booleans; missing = off).  ``tokens`` only picks the
     default regime and the grid: the kernel reads the token count at run time."""
-    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
-    sw = _fam().switch_kwargs(switches)
+    g = Geometry(tokens, experts, hidden, inter, topk, block_m)
+    sw = _flags(switches)
     _load_flydsl()
-    attrs = {"rocdl.flat_work_group_size": "256,256"}
-    lds_bytes = lds_layout(hidden, block_m)["total"]
-
-    @fx.struct
-    class Shared:
-        buf: fx.Array[fx.Int8, lds_bytes, 16]
-
-    Arg = fx.Int64 if "int64_abi" in sw else fx.Tensor  # one global buffer argument
+    Arg = C.buffer_arg(sw.int64_abi)  # one global buffer argument
 
     @flyc.kernel
     def mxfp4_moe_gemm1(
         a_quant: Arg, a_scale: Arg, w1: Arg, w1_scale: Arg, sorted_expert_ids: Arg, num_valid_ids: Arg,
         m_indices: Arg, tokens: fx.Int32, inter_quant: Arg, inter_scale: Arg, hidden_states: Arg,
     ):
-        lds = fx.SharedAllocator().allocate(Shared).peek()
-        valid = _block_is_valid(sw, num_valid_ids, block_m, inter // BLOCK_N)
+        lds = C.allocate_lds(g.lds_bytes)
+        valid = _block_is_valid(num_valid_ids, g.BM, g.n_tiles)
         if valid:
-            em = _Emitter(sw, experts, hidden, inter, block_m)
+            em = _Emitter(g, sw)
             em.setup(dict(a_quant=a_quant, a_scale=a_scale, w1=w1, w1_scale=w1_scale,
                           sorted_expert_ids=sorted_expert_ids, m_indices=m_indices, tokens=tokens,
                           inter_quant=inter_quant, inter_scale=inter_scale, hidden_states=hidden_states), lds)
@@ -686,11 +633,10 @@ def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
     ):
         mxfp4_moe_gemm1(
             a_quant, a_scale, w1, w1_scale, sorted_expert_ids, num_valid_ids, m_indices, tokens, inter_quant,
-            inter_scale, hidden_states, value_attrs=attrs,
-        ).launch(grid=(grid_x * (inter // BLOCK_N), 1, 1), block=(64 * N_WAVES, 1, 1), stream=stream)
+            inter_scale, hidden_states, value_attrs=WORKGROUP_ATTRS,
+        ).launch(grid=(grid_x * g.n_tiles, 1, 1), block=(64 * N_WAVES, 1, 1), stream=stream)
 
     return launch
-
 
 
 # ============================================================================ host side
@@ -717,53 +663,35 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
 
     from mxfp4_ablation.moe import host
 
-    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
-    regime = "decode" if block_m == 16 else "prefill"
-    problem = host.MoEProblem(experts=experts, hidden=hidden, intermediate=inter, topk=topk, tokens=tokens,
-                              seed=seed, regime=regime)
-    raw_in = host.make_moe_inputs(problem, with_weights=not lazy)
+    g = Geometry(tokens, experts, hidden, inter, topk, block_m)
+    problem, raw_in, sorting = routed_problem(g, seed, lazy)
     a_q, a_s = raw_in["a_quant"], raw_in["a_scale"]
-    if inline_quant(block_m):
+    if g.inline:
         a_q, a_s = host.quantize_activations_inline(raw_in["hidden_states"])
-    sorting = host.moe_sort(raw_in["topk_ids"], raw_in["topk_weights"], experts, block_m)
-    rows = sorting.max_sorted
-    if lazy:
-        w = host.lazy_expert_weights(problem, "w1")
-        meta = {"device": "meta", "dtype": torch.uint8}
-        return {
-            "a_quant": a_q.contiguous(),
-            "a_scale": host.sort_shuffle_scales(a_s, sorting).contiguous(),
-            "w1": torch.empty(w.quant_shape, **meta), "w1_scale": torch.empty(w.scale_shape, **meta),
-            "sorted_expert_ids": sorting.sorted_expert_ids.to(torch.int32).contiguous(),
-            "num_valid_ids": sorting.num_valid_ids.to(torch.int32).contiguous(),
-            "m_indices": sorting.m_indices.to(torch.int32).contiguous(),
-            "tokens": tokens,
-            "inter_quant": torch.empty(rows, inter // 2, **meta),
-            "inter_scale": torch.empty(-(-rows // 32) * 32 * (inter // 32), **meta),
-            "hidden_states": raw_in["hidden_states"].contiguous(),
-            "problem": problem, "sorting": sorting, "w1_quant": None, "w1_scale_plain": None, "block_m": block_m,
-            "_fills": {"w1": w.fill_quant, "w1_scale": w.fill_scale},
-        }
-    w1_q, w1_s = raw_in["w1_quant"], raw_in["w1_scale"]
-    w1_shuf, w1_scale_shuf = host.preshuffle_w1(w1_q, w1_s)
-    return {
+    w1, w1_scale, fills = expert_weights(problem, raw_in, "w1", lazy)
+    out = {"device": "meta" if lazy else "cpu", "dtype": torch.uint8}
+    inputs = {
         "a_quant": a_q.contiguous(),
         "a_scale": host.sort_shuffle_scales(a_s, sorting).contiguous(),
-        "w1": w1_shuf.contiguous(),
-        "w1_scale": w1_scale_shuf.contiguous(),
+        "w1": w1.contiguous(),
+        "w1_scale": w1_scale.contiguous(),
         "sorted_expert_ids": sorting.sorted_expert_ids.to(torch.int32).contiguous(),
         "num_valid_ids": sorting.num_valid_ids.to(torch.int32).contiguous(),
         "m_indices": sorting.m_indices.to(torch.int32).contiguous(),
         "tokens": tokens,
-        "inter_quant": torch.zeros(rows, inter // 2, dtype=torch.uint8),
-        "inter_scale": torch.zeros(-(-rows // 32) * 32 * (inter // 32), dtype=torch.uint8),
+        "inter_quant": torch.zeros(g.max_sorted, inter // 2, **out),
+        "inter_scale": torch.zeros(g.scale_rows * (inter // 32), **out),
         "hidden_states": raw_in["hidden_states"].contiguous(),
-        "problem": problem, "sorting": sorting, "w1_quant": w1_q, "w1_scale_plain": w1_s, "block_m": block_m,
+        "problem": problem, "sorting": sorting, "block_m": g.BM,
+        "w1_quant": None if lazy else raw_in["w1_quant"], "w1_scale_plain": None if lazy else raw_in["w1_scale"],
     }
+    if lazy:
+        inputs["_fills"] = fills
+    return inputs
 
 
 def reference(inputs: dict) -> dict:
-    """What the kernel must write: ``moe.host.emulate_gemm1``'s fp4 bytes (``inter_quant``) and its
+    """What the kernel must write: ``moe.emulate.emulate_gemm1``'s fp4 bytes (``inter_quant``) and its
     preshuffled scale bytes (``inter_scale``), on the A the kernel multiplies (at ``block_m`` 16 the
     in-kernel quantisation of ``hidden_states``, recomputed here from them)."""
     q, s = _emulated(inputs)
@@ -771,7 +699,7 @@ def reference(inputs: dict) -> dict:
 
 
 def _emulated(inputs: dict):
-    from mxfp4_ablation.moe import host
+    from mxfp4_ablation.moe import emulate, host
 
     _check_inputs(inputs)
     if "_emulated" not in inputs:
@@ -779,64 +707,26 @@ def _emulated(inputs: dict):
         if inline_quant(inputs["sorting"].block_m):
             a_q, a_s = host.quantize_activations_inline(inputs["hidden_states"])
             a_s = host.sort_shuffle_scales(a_s, inputs["sorting"])
-        inputs["_emulated"] = host.emulate_gemm1(a_q, a_s, inputs["w1"], inputs["w1_scale"], inputs["sorting"])
+        inputs["_emulated"] = emulate.emulate_gemm1(a_q, a_s, inputs["w1"], inputs["w1_scale"], inputs["sorting"])
     return inputs["_emulated"]
 
 
 def _check_inputs(inputs: dict):
-    if not isinstance(inputs, dict):
-        raise ValueError(f"moe1 inputs must be the dict of make_inputs, got {type(inputs).__name__}.")
-    missing = [n for n in ARG_NAMES + ("sorting",) if n not in inputs]
-    if missing:
-        raise ValueError(f"moe1 inputs lack {', '.join(missing)}; build them with make_inputs().")
-
-
-def _flat(value):
-    """A tensor argument as the kernel takes it: flattened 1-D (a view sharing its storage, so the
-    kernel's stores land in the caller's tensor; one i32 length in the layout block, as the seed
-    passes them); ints pass through."""
-    return value.reshape(-1) if hasattr(value, "reshape") else value
+    check_inputs(inputs, ARG_NAMES + ("sorting",), LABEL)
 
 
 def kernel_args(inputs: dict, **switches) -> list:
-    """The emulator's kernarg entries (metadata ``.args`` order, ``common.kernarg_entries``).
-
-    Descriptor ABI: per (flattened 1-D) tensor a pointer and its layout block (one i32 length).
-    ``int64_abi``: per tensor one 8-byte address (an entry of kind ``global_buffer``
-    carrying the tensor, which the emulator maps; the metadata calls it ``by_value``).
+    """The emulator's kernarg entries (metadata ``.args`` order): :meth:`BufferABI.kernel_args`;
     ``switches`` are a variant's switches (only ``int64_abi`` changes the list)."""
     _check_inputs(inputs)
-    int64_abi = "int64_abi" in _fam().switch_kwargs(switches)
-    spec = [(n, _flat(inputs[n])) for n in ARG_NAMES]
-    if not int64_abi:
-        _load_flydsl()
-        return C.kernarg_entries(spec)
-    out, offset = [], 0
-    for name, value in spec:
-        if name == "tokens":
-            out.append({"name": name, "kind": "by_value", "offset": offset, "size": 4,
-                        "bytes": int(value).to_bytes(4, "little", signed=True)})
-            offset += 8  # the next address is 8-aligned
-            continue
-        out.append({"name": name, "kind": "global_buffer", "offset": offset, "size": 8, "tensor": value})
-        offset += 8
-    return out
+    return _abi(switches).kernel_args(inputs)
 
 
 def device_args(inputs: dict, **switches) -> tuple:
-    """The launcher's positional arguments for on-device tensors (``int64_abi`` passes
-    ``data_ptr()`` addresses instead of the tensors)."""
+    """The launcher's positional arguments for on-device tensors (:meth:`BufferABI.device_args`), then
+    the grid's row blocks."""
     _check_inputs(inputs)
-    int64_abi = "int64_abi" in _fam().switch_kwargs(switches)
-    args = []
-    for n in ARG_NAMES:
-        v = inputs[n]
-        if n == "tokens":
-            args.append(int(v))
-        else:
-            args.append(v.data_ptr() if int64_abi else _flat(v))
-    grid_x = inputs["sorting"].max_sorted // inputs["block_m"]
-    return (*args, grid_x)
+    return (*_abi(switches).device_args(inputs), inputs["sorting"].max_sorted // inputs["block_m"])
 
 
 def flops(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None) -> float:
@@ -852,10 +742,10 @@ def bytes(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m
     which quantises them in the kernel; MXFP4 + scales at 128), the gate/up weights and scales of every
     expert the routing can touch (at most ``min(experts, tokens * topk)``), and the requantised output
     of the valid rows (fp4 + E8M0)."""
-    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
+    g = Geometry(tokens, experts, hidden, inter, topk, block_m)
     active = min(experts, tokens * topk)
     rows = tokens * topk
-    act = tokens * hidden * 2 if inline_quant(block_m) else tokens * hidden // 2 + tokens * hidden // 32
+    act = tokens * hidden * 2 if g.inline else tokens * hidden // 2 + tokens * hidden // 32
     return float(act + active * 2 * inter * (hidden // 2 + hidden // 32) + rows * (inter // 2 + inter // 32))
 
 
@@ -865,28 +755,24 @@ def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int,
     ladder / leave-one-out ``variant_name`` (e.g. ``"moe1-v1"``)."""
     import torch
 
-    switches = _fam().resolve(variant_name, switches)
-    block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
-    _fam().switch_kwargs(switches)
-    launcher = build(tokens, experts, hidden, inter, topk, block_m, **switches)
-    rows = max_sorted(tokens, experts, topk, block_m)
-    # Only shapes and dtypes matter for an offline compile: zero tensors (flattened 1-D) are enough.
-    tensors = dict(
-        a_quant=torch.zeros(tokens * hidden // 2, dtype=torch.uint8),
-        a_scale=torch.zeros(-(-rows // 32) * 32 * (hidden // 32), dtype=torch.uint8),
-        w1=torch.zeros(experts * 2 * inter * hidden // 2, dtype=torch.uint8),
-        w1_scale=torch.zeros(experts * 2 * inter * hidden // 32, dtype=torch.uint8),
-        sorted_expert_ids=torch.zeros(rows // block_m, dtype=torch.int32),
+    switches = _family.of_module(__name__).resolve(variant_name, switches)
+    g = Geometry(tokens, experts, hidden, inter, topk, block_m)
+    launcher = build(tokens, experts, hidden, inter, topk, g.BM, **switches)
+    u8 = torch.uint8
+    buffers = dict(
+        a_quant=torch.zeros(tokens * hidden // 2, dtype=u8),
+        a_scale=torch.zeros(g.scale_rows * (hidden // 32), dtype=u8),
+        w1=torch.zeros(experts * 2 * inter * hidden // 2, dtype=u8),
+        w1_scale=torch.zeros(experts * 2 * inter * hidden // 32, dtype=u8),
+        sorted_expert_ids=torch.zeros(g.m_blocks, dtype=torch.int32),
         num_valid_ids=torch.zeros(2, dtype=torch.int32),
-        m_indices=torch.zeros(rows, dtype=torch.int32),
-        inter_quant=torch.zeros(rows * inter // 2, dtype=torch.uint8),
-        inter_scale=torch.zeros(-(-rows // 32) * 32 * (inter // 32), dtype=torch.uint8),
+        m_indices=torch.zeros(g.max_sorted, dtype=torch.int32),
+        inter_quant=torch.zeros(g.max_sorted * inter // 2, dtype=u8),
+        inter_scale=torch.zeros(g.scale_rows * (inter // 32), dtype=u8),
         hidden_states=torch.zeros(tokens * hidden, dtype=torch.bfloat16),
+        tokens=tokens,
     )
-    if switches.get("int64_abi"):
-        tensors = {n: 0x10000 * (k + 1) for k, n in enumerate(tensors)}  # addresses: any value compiles
-    args = [tokens if n == "tokens" else tensors[n] for n in ARG_NAMES]
-    return launcher, (*args, rows // block_m)
+    return launcher, (*_abi(switches).compile_args(buffers), g.m_blocks)
 
 
 __doc__ = _family.document(__doc__, SWITCHES)

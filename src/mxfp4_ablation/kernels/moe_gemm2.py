@@ -11,7 +11,7 @@ For every sorted row ``r`` (token ``t``, slot ``s``, expert ``e`` of its block):
   valid block, a plain store into bf16 ``[max_sorted, H]`` that the host's
   :func:`mxfp4_ablation.moe.host.scatter_reduce` weights and sums.
 
-Buffers (exactly those :func:`mxfp4_ablation.moe.host.emulate_gemm2` reads; the kernel takes
+Buffers (exactly those :func:`mxfp4_ablation.moe.emulate.emulate_gemm2` reads; the kernel takes
 each one 1-D, every size it needs being a compile-time constant):
 
 * ``inter``: the requantised intermediate ``h``, fp4 row-major ``uint8 [max_sorted, I/2]``
@@ -85,14 +85,13 @@ quoted, never its code.  Two of its gemm2 changes touch only the non-atomic (pre
 same kernel as their predecessors, as the seed's do.
 """
 
-from __future__ import annotations
-
 from mxfp4_ablation import family as _family
 from mxfp4_ablation.errors import UsageError
 from mxfp4_ablation.family import Expect, Output, Switch
 
-from .moe_shape import (  # noqa: F401 - the contract's shape names, re-exported
-    BLOCK_MS, check, default_block_m, OPTIONAL_SHAPE_PARAMS, PR_3828, regime, SHAPE_PARAMS,
+from .moe_common import (  # noqa: F401 - the contract's shape names, re-exported
+    BufferABI, check_inputs, default_block_m, expert_weights, MoEGeometry, N_WAVES, OPTIONAL_SHAPE_PARAMS,
+    PR_3828, routed_problem, SHAPE_PARAMS, switch_flags, WORKGROUP_ATTRS,
 )
 
 NAME = "moe2"
@@ -174,7 +173,7 @@ SWITCHES = _family.switch_table(
 )
 
 #: ``out`` is bf16. Prefill stores ``bf16(y)`` per row: one rounding of an f32 dot product of ``inter``
-#: exact products, summed in an order that may differ from ``moe.host.emulate_gemm2``'s: <= 1 bf16 ulp
+#: exact products, summed in an order that may differ from ``moe.emulate.emulate_gemm2``'s: <= 1 bf16 ulp
 #: (plus a tiny absolute term where the sum cancels). Decode adds ``bf16(w * y)`` of each of a token's
 #: ``topk`` rows with packed-bf16 atomics, in whatever order the workgroups run: each add rounds to
 #: bf16, so a different order moves the result by up to one bf16 ulp per add after the first (the
@@ -191,7 +190,6 @@ ARG_NAMES = ("inter", "inter_scale", "w2", "w2_scale", "sorted_ids", "sorted_wei
 KERNEL_NAME = "mxfp4_moe_gemm2"
 
 BLOCK_N = 256  # hidden columns per workgroup
-N_WAVES = 4
 K_TILE = 256  # fp4 per K tile (one LDS slot; two MFMAs deep)
 MAX_INTER = 512  # every K tile is preloaded into its own LDS slot (the seed's K <= 512 fast path)
 NUM_CU = 256  # persistent grid (prefill): this many workgroups once there are more than 4x as many tiles
@@ -199,32 +197,35 @@ N_XCD = 8  # MI355X dies: the prefill tile order interleaves them
 HAND_VMCNT = 16  # the seed's hand-tuned vmcnt of the non-atomic K-loop fence (before backend_waitcnt)
 
 
-def _fam():
-    return _family.of_module(__name__)
+def _flags(switches):
+    """The switch keywords as ``sw.<switch>`` booleans (validated)."""
+    return switch_flags(_family.of_module(__name__), switches)
+
+
+def _abi(switches) -> BufferABI:
+    return BufferABI(ARG_NAMES, _flags(switches).int64_abi)
 
 
 def check_shape(tokens, experts, hidden, inter, topk, block_m=None) -> dict:
     """One clear ValueError for a shape this kernel cannot run; returns it with ``block_m`` defaulted."""
-    shape = check(tokens, experts, hidden, inter, topk, block_m)
-    if hidden % BLOCK_N:
-        raise UsageError(f"hidden must be a multiple of {BLOCK_N} (one 256-column block per workgroup), got {hidden}.")
-    if inter > MAX_INTER:
-        raise UsageError(f"inter must be at most {MAX_INTER} (every 256-deep K tile is preloaded into its own LDS "
-                         f"slot), got {inter}.")
-    return shape
+    return Geometry(tokens, experts, hidden, inter, topk, block_m).shape
 
 
-class Geometry:
-    """Every compile-time number of one shape (sizes in bytes unless named otherwise)."""
+class Geometry(MoEGeometry):
+    """Every compile-time number of one gemm2 shape (sizes in bytes unless named otherwise): the shared
+    MoE numbers (:class:`~mxfp4_ablation.kernels.moe_common.MoEGeometry`), this kernel's checks, its tiles
+    and its grid."""
 
     def __init__(self, tokens, experts, hidden, inter, topk, block_m=None):
-        block_m = check_shape(tokens, experts, hidden, inter, topk, block_m)["block_m"]
-        from mxfp4_ablation.moe.host import max_sorted_rows
-
-        self.M, self.E, self.H, self.I, self.topk, self.BM = tokens, experts, hidden, inter, topk, block_m
+        super().__init__(tokens, experts, hidden, inter, topk, block_m)
+        if hidden % BLOCK_N:
+            raise UsageError(f"hidden must be a multiple of {BLOCK_N} (one 256-column block per workgroup), "
+                             f"got {hidden}.")
+        if inter > MAX_INTER:
+            raise UsageError(f"inter must be at most {MAX_INTER} (every 256-deep K tile is preloaded into its own "
+                             f"LDS slot), got {inter}.")
+        block_m = self.BM
         self.atomic = block_m == 16
-        self.max_sorted = max_sorted_rows(tokens, topk, experts, block_m)
-        self.m_blocks = self.max_sorted // block_m
         self.n_blocks = hidden // BLOCK_N
         self.tiles = self.m_blocks * self.n_blocks
         # Decode: one workgroup per tile. Prefill: persistent once there are more than 4 x NUM_CU tiles.
@@ -239,7 +240,6 @@ class Geometry:
         self.slot = block_m * (K_TILE // 2)  # bytes of one K tile of A in LDS
         # Decode reuses the LDS for the f32 output tile (block_m x 256) of its atomic epilogue.
         self.lds_bytes = max(self.KT * self.slot, block_m * BLOCK_N * 4 if self.atomic else 0)
-        self.scale_rows = -(-self.max_sorted // 32) * 32
         self.out_rows = tokens if self.atomic else self.max_sorted
         self.nbytes = {
             "inter": self.max_sorted * self.KB,
@@ -274,9 +274,6 @@ def _load_flydsl():
     from .lazy import load_flydsl
 
     load_flydsl(globals())
-
-
-_BUFFER_FLAGS = (7 << 12) | (4 << 15)  # gfx9 buffer resource word 3: 32-bit data format, no swizzle
 
 
 def _c(v, ty=None):
@@ -315,9 +312,9 @@ def _asm(result_type, operands, text, constraints):
 class _Emitter:
     """Emits one gemm2 kernel body for a fixed shape and switch set (see the module docstring)."""
 
-    def __init__(self, g: Geometry, sw: frozenset, lds_base):
+    def __init__(self, g: Geometry, sw, lds_base):
         self.g, self.sw = g, sw
-        self.unsigned = "unsigned_div" in sw
+        self.unsigned = sw.unsigned_div
         self.lds = lds_base  # i32 byte address of the kernel's LDS block
 
     # ------------------------------------------------------------------ index math
@@ -331,30 +328,22 @@ class _Emitter:
         return (arith.RemUIOp if self.unsigned else arith.RemSIOp)(_v(a), _v(b)).result
 
     # ------------------------------------------------------------------ arguments
-    def addr(self, name):
-        """A buffer's base address as an i64 (int64_abi: the argument itself)."""
-        arg = self.args[name]
-        if "int64_abi" in self.sw:
-            return C.raw(arg)
-        return C.raw(fx.ptrtoint(fx.get_iter(arg)))
-
     def lds_at(self, off):
         """``!llvm.ptr<3>`` to LDS byte ``off`` (i32) of the kernel's block (a GEP from one base pointer,
         so that constant parts fold into the ds_* offset fields)."""
-        return _gep(self._lds_ptr, off)
+        return C.gep(self._lds_ptr, off)
 
     def ptr(self, name):
-        return llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), self.addr(name))
+        """A global pointer to a buffer argument's base."""
+        return C.global_ptr(C.address(self.args[name]))
 
     def rsrc(self, name):
         """The buffer resource of one argument, sized by the shape (compile-time bytes)."""
-        return rocdl.make_buffer_rsrc(ir.Type.parse("!llvm.ptr<8>"), self.ptr(name), _c(0, T.i16),
-                                      _c(self.g.nbytes[name], T.i64), _c(_BUFFER_FLAGS))
+        return C.buffer_rsrc_at(C.address(self.args[name]), self.g.nbytes[name])
 
     def load_global(self, name, byte_off, ty=None):
         """One element of a global buffer through its pointer (``s_load`` when the offset is uniform)."""
-        ty = ty or T.i32
-        return llvm.LoadOp(ty, _gep(self.ptr(name), byte_off), alignment=4).result
+        return C.global_load(C.address(self.args[name]), byte_off, ty)
 
     def setup(self, args):
         self.args = dict(zip(ARG_NAMES, args))
@@ -377,20 +366,20 @@ class _Emitter:
             # the block id only), so its latency hides the num_valid_ids load.
             row0 = _mul(self.div(self.pid, g.n_blocks), g.BM)
             if g.load_waves < N_WAVES:  # block_m 16: waves 0 and 1 hold the 16 rows
-                with _if(arith.CmpIOp(arith.CmpIPredicate.ult, self.wave, _c(g.load_waves)).result):
+                with C.if_then(arith.CmpIOp(arith.CmpIPredicate.ult, self.wave, _c(g.load_waves)).result):
                     self.issue_a(row0)
             else:
                 self.issue_a(row0)
             rocdl.sched_barrier(0)
             bound = self.bound()
-            with _if(arith.CmpIOp(arith.CmpIPredicate.slt, self.pid, bound).result):
+            with C.if_then(arith.CmpIOp(arith.CmpIPredicate.slt, self.pid, bound).result):
                 self.run_tile(self.pid)
             return
         # Persistent grid (prefill): the first tile peeled, then grid-stride over the rest; tiles in
         # the XCD-interleaved order.
         bound = self.bound()
         self.xq, self.xr = self.div(bound, N_XCD), self.rem(bound, N_XCD)
-        with _if(arith.CmpIOp(arith.CmpIPredicate.slt, self.pid, bound).result):
+        with C.if_then(arith.CmpIOp(arith.CmpIPredicate.slt, self.pid, bound).result):
             tile = self.xcd(self.pid, bound)
             self.issue_a(_mul(self.div(tile, g.n_blocks), g.BM))
             rocdl.sched_barrier(0)
@@ -496,7 +485,7 @@ class _Emitter:
             # The seed's atomic path: a hand-counted wait for this tile's DMA + a bare s_barrier (both PR sides).
             _asm(None, [], f"s_waitcnt vmcnt({self.vm_after_dma(kt)})", "")
             _asm(None, [], "s_barrier", "")
-        elif "backend_waitcnt" in self.sw:
+        elif self.sw.backend_waitcnt:
             # A plain barrier: LLVM inserts the DMA -> ds_read vmcnt wait itself.
             rocdl.barrier()
         else:
@@ -545,7 +534,7 @@ class _Emitter:
         row_l = _add(row0, _mul(self.q, 4))
         # Without the switch, the seed's per-element fx.Int64(i32) (a sign extension); the hoisted lane base
         # is one zero-extended product (every index is >= 0).
-        esr = "epilogue_strength_reduction" in self.sw
+        esr = self.sw.epilogue_strength_reduction
         ext = lambda v: (arith.ExtUIOp if esr else arith.ExtSIOp)(i64, _v(v)).result  # noqa: E731
         lane_off = None
         if esr:
@@ -562,7 +551,7 @@ class _Emitter:
                                             ext(_add(col, 16 * j))).result
                         off = arith.MulIOp(elem, _c(2, i64)).result
                     y = llvm.extractelement(C.raw(acc[i][j]), _c(v))
-                    llvm.StoreOp(arith.TruncFOp(T.bf16, y).result, _gep(base, off), alignment=2)
+                    llvm.StoreOp(arith.TruncFOp(T.bf16, y).result, C.gep(base, off), alignment=2)
 
     def epilogue_atomic(self, acc, row0, n_blk):
         """Decode: the tile goes through LDS (f32, row-major 16 x 256) so that thread t holds two
@@ -591,31 +580,15 @@ class _Emitter:
         v2f = C.vec_type(2, T.f32)
         for mr in range(reps):
             token = _and(sid[mr], 0xFFFFFF)
-            with _if(arith.CmpIOp(arith.CmpIPredicate.slt, token, self.tokens).result):
+            with C.if_then(arith.CmpIOp(arith.CmpIPredicate.slt, token, self.tokens).result):
                 row_off = _add(_add(_mul(token, g.H), _mul(n_blk, BLOCK_N)), col2)
                 wv = llvm.insertelement(llvm.insertelement(llvm.mlir_undef(v2f), wt[mr], _c(0)), wt[mr], _c(1))
                 for s in range(4):
                     idx = _add(_mul(_add(m_lane, 8 * mr), BLOCK_N), _add(col2, 64 * s))
                     y = llvm.LoadOp(v2f, self.lds_at(_mul(idx, 4)), alignment=8).result
                     pk = arith.TruncFOp(C.vec_type(2, T.bf16), arith.MulFOp(y, wv).result).result
-                    llvm.AtomicRMWOp(llvm.AtomicBinOp.fadd, _gep(out, _mul(_add(row_off, 64 * s), 2)), pk,
+                    llvm.AtomicRMWOp(llvm.AtomicBinOp.fadd, C.gep(out, _mul(_add(row_off, 64 * s), 2)), pk,
                                      llvm.AtomicOrdering.monotonic, syncscope="agent", alignment=4)
-
-
-class _if:
-    """``with _if(cond):`` -- an scf.if without results (its block closes with the yield)."""
-
-    def __init__(self, cond):
-        self.op = scf.IfOp(cond, has_else=False)
-
-    def __enter__(self):
-        self.ip = ir.InsertionPoint(self.op.then_block)
-        self.ip.__enter__()
-
-    def __exit__(self, *exc):
-        if exc[0] is None:
-            scf.YieldOp([])
-        self.ip.__exit__(*exc)
 
 
 def _swz(row):
@@ -628,11 +601,6 @@ def _load(rsrc, voffset, n_dwords, soffset, aux=0):
     return rocdl.raw_ptr_buffer_load(ty, C.raw(rsrc), _v(voffset), _v(soffset), aux=aux)
 
 
-def _gep(base, off):
-    """``getelementptr i8, base, off`` (off i32 or i64)."""
-    return llvm.GEPOp(base.type, base, [off], [-(2 ** 31)], T.i8, None).result
-
-
 def _sub(a, b):
     return arith.SubIOp(_v(a), _v(b)).result
 
@@ -640,61 +608,31 @@ def _sub(a, b):
 def build(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None, **switches):
     """The ``@flyc.jit`` launcher of gemm2 for one shape and switch set (names of
     :data:`SWITCHES` mapped to booleans, missing = off; ``block_m`` None = :func:`default_block_m`)."""
-    sw = _fam().switch_kwargs(switches)
+    sw = _flags(switches)
     g = Geometry(tokens, experts, hidden, inter, topk, block_m)
     _load_flydsl()
-    attrs = {"rocdl.flat_work_group_size": "256,256"}
+    Arg = C.buffer_arg(sw.int64_abi)  # one global buffer argument
 
-    # (built by hand: this module's annotations are strings, and the size is the shape's)
-    Shared = fx.struct(type("Shared", (), {"__annotations__": {"buf": fx.Array[fx.Int8, g.lds_bytes, 16]}}))
-
-    def emit(args):
-        lds = fx.SharedAllocator().allocate(Shared).peek()
+    @flyc.kernel
+    def mxfp4_moe_gemm2(
+        inter: Arg, inter_scale: Arg, w2: Arg, w2_scale: Arg, sorted_ids: Arg, sorted_weights: Arg,
+        sorted_expert_ids: Arg, num_valid_ids: Arg, out: Arg, tokens: fx.Int32,
+    ):
+        lds = C.allocate_lds(g.lds_bytes)
         em = _Emitter(g, sw, C.raw(fx.Int32(C.uniform(C.lds_addr(lds.buf)))))
-        em.setup(args)
+        em.setup((inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids, num_valid_ids,
+                  out, tokens))
         em.body()
 
-    if "int64_abi" in sw:
-
-        @flyc.kernel
-        def mxfp4_moe_gemm2(
-            inter: fx.Int64, inter_scale: fx.Int64, w2: fx.Int64, w2_scale: fx.Int64, sorted_ids: fx.Int64,
-            sorted_weights: fx.Int64, sorted_expert_ids: fx.Int64, num_valid_ids: fx.Int64, out: fx.Int64,
-            tokens: fx.Int32,
-        ):
-            emit((inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids, num_valid_ids,
-                  out, tokens))
-
-        @flyc.jit
-        def launch(
-            inter: fx.Int64, inter_scale: fx.Int64, w2: fx.Int64, w2_scale: fx.Int64, sorted_ids: fx.Int64,
-            sorted_weights: fx.Int64, sorted_expert_ids: fx.Int64, num_valid_ids: fx.Int64, out: fx.Int64,
-            tokens: fx.Int32, stream: fx.Stream = fx.Stream(None),
-        ):
-            mxfp4_moe_gemm2(inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids,
-                            num_valid_ids, out, tokens, value_attrs=attrs).launch(
-                grid=(g.grid, 1, 1), block=(N_WAVES * 64, 1, 1), stream=stream)
-
-    else:
-
-        @flyc.kernel
-        def mxfp4_moe_gemm2(
-            inter: fx.Tensor, inter_scale: fx.Tensor, w2: fx.Tensor, w2_scale: fx.Tensor, sorted_ids: fx.Tensor,
-            sorted_weights: fx.Tensor, sorted_expert_ids: fx.Tensor, num_valid_ids: fx.Tensor, out: fx.Tensor,
-            tokens: fx.Int32,
-        ):
-            emit((inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids, num_valid_ids,
-                  out, tokens))
-
-        @flyc.jit
-        def launch(
-            inter: fx.Tensor, inter_scale: fx.Tensor, w2: fx.Tensor, w2_scale: fx.Tensor, sorted_ids: fx.Tensor,
-            sorted_weights: fx.Tensor, sorted_expert_ids: fx.Tensor, num_valid_ids: fx.Tensor, out: fx.Tensor,
-            tokens: fx.Int32, stream: fx.Stream = fx.Stream(None),
-        ):
-            mxfp4_moe_gemm2(inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids,
-                            num_valid_ids, out, tokens, value_attrs=attrs).launch(
-                grid=(g.grid, 1, 1), block=(N_WAVES * 64, 1, 1), stream=stream)
+    @flyc.jit
+    def launch(
+        inter: Arg, inter_scale: Arg, w2: Arg, w2_scale: Arg, sorted_ids: Arg, sorted_weights: Arg,
+        sorted_expert_ids: Arg, num_valid_ids: Arg, out: Arg, tokens: fx.Int32,
+        stream: fx.Stream = fx.Stream(None),
+    ):
+        mxfp4_moe_gemm2(inter, inter_scale, w2, w2_scale, sorted_ids, sorted_weights, sorted_expert_ids,
+                        num_valid_ids, out, tokens, value_attrs=WORKGROUP_ATTRS).launch(
+            grid=(g.grid, 1, 1), block=(N_WAVES * 64, 1, 1), stream=stream)
 
     return launch
 
@@ -744,20 +682,8 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
     from mxfp4_ablation.moe.reference import quantize_mxfp4_moe
 
     g = Geometry(tokens, experts, hidden, inter, topk, block_m)
-    block_m = g.BM
-    reg = regime(block_m)
-    problem = host.MoEProblem(experts=experts, hidden=hidden, intermediate=inter, topk=topk, tokens=tokens,
-                              seed=seed, regime=reg)
-    data = host.make_moe_inputs(problem, with_weights=not lazy)
-    sorting = host.moe_sort(data["topk_ids"], data["topk_weights"], experts, block_m)
-    fills = {}
-    if lazy:
-        w = host.lazy_expert_weights(problem, "w2")
-        w2_shuf = torch.empty(w.quant_shape, device="meta", dtype=torch.uint8)
-        w2_scale_shuf = torch.empty(w.scale_shape, device="meta", dtype=torch.uint8)
-        fills = {"w2": w.fill_quant, "w2_scale": w.fill_scale}
-    else:
-        w2_shuf, w2_scale_shuf = host.preshuffle_w2(data["w2_quant"], data["w2_scale"])
+    problem, data, sorting = routed_problem(g, seed, lazy)
+    w2_shuf, w2_scale_shuf, fills = expert_weights(problem, data, "w2", lazy)
     del data
     gen = torch.Generator().manual_seed(seed + 1)
     # h: rows of valid pairs random, padding rows zero (as gemm1 writes them: silu(0) * 0).
@@ -776,78 +702,45 @@ def make_inputs(tokens: int, experts: int, hidden: int, inter: int, topk: int, s
         "sorted_weights": sorting.sorted_weights.contiguous(),
         "sorted_expert_ids": sorting.sorted_expert_ids.contiguous(),
         "num_valid_ids": sorting.num_valid_ids.contiguous(),
-        "out": torch.empty(g.out_rows, hidden, dtype=torch.bfloat16, device="meta") if lazy
-        else torch.zeros(g.out_rows, hidden, dtype=torch.bfloat16),
+        "out": torch.zeros(g.out_rows, hidden, dtype=torch.bfloat16, device="meta" if lazy else "cpu"),
         "tokens": tokens,
     }
-    out = {**bufs, "sorting": sorting, "regime": reg, "w2_shuf": w2_shuf, "w2_scale_shuf": w2_scale_shuf,
-           "block_m": block_m}
+    out = {**bufs, "sorting": sorting, "regime": g.regime, "w2_shuf": w2_shuf, "w2_scale_shuf": w2_scale_shuf,
+           "block_m": g.BM}
     if lazy:
         out["_fills"] = fills
     return out
 
 
 def reference(inputs: dict) -> dict:
-    """What the kernel must leave in ``out``: :func:`mxfp4_ablation.moe.host.emulate_gemm2` on the
+    """What the kernel must leave in ``out``: :func:`mxfp4_ablation.moe.emulate.emulate_gemm2` on the
     same buffers - ``out`` (bf16 ``[M, H]``) for decode, ``flat_out`` (bf16 ``[max_sorted, H]``,
     before the host's scatter-reduce) for prefill."""
-    from mxfp4_ablation.moe import host
+    from mxfp4_ablation.moe import emulate
 
     _check_inputs(inputs)
     epilog = "atomic" if inputs["block_m"] == 16 else "nonatomic"
-    res = host.emulate_gemm2(inputs["inter"], inputs["inter_scale"], inputs["w2_shuf"], inputs["w2_scale_shuf"],
-                             inputs["sorting"], epilog)
+    res = emulate.emulate_gemm2(inputs["inter"], inputs["inter_scale"], inputs["w2_shuf"], inputs["w2_scale_shuf"],
+                                inputs["sorting"], epilog)
     return {"out": res["out"] if epilog == "atomic" else res["flat_out"]}
 
 
 def _check_inputs(inputs: dict):
-    missing = [n for n in ARG_NAMES + ("sorting", "w2_shuf", "w2_scale_shuf", "block_m") if n not in inputs]
-    if missing:
-        raise ValueError(f"MoE gemm2 inputs lack {', '.join(missing)}; build them with make_inputs().")
-
-
-def _flat_view(value):
-    """A tensor as the kernel sees it: 1-D, sharing the tensor's memory (every size the kernel needs is a
-    compile-time constant, so a tensor argument's layout block holds one i32 -- as in the seed's kernel --
-    instead of a 2-D tensor's dims and stride); ints pass through."""
-    return value if isinstance(value, int) else value.view(-1)
+    check_inputs(inputs, ARG_NAMES + ("sorting", "w2_shuf", "w2_scale_shuf", "block_m"), LABEL)
 
 
 def kernel_args(inputs: dict, **switches) -> list:
-    """The emulator's kernarg list in the metadata ``.args`` order.
-
-    ``switches`` are a variant's switches as keywords (``int64_abi=True``; only that one
-    changes the list).  Descriptor ABI (default): each buffer is a ``global_buffer`` entry plus
-    its layout block (every tensor passed 1-D: one i32), ``tokens`` an i32 (see ``common.kernarg_entries``).  With ``int64_abi``
-    each buffer is one 8-byte entry: kind ``global_buffer`` (the emulator maps the tensor and
-    writes its address there; the metadata calls it an 8-byte ``by_value``), ``tokens`` an i32.
-    """
+    """The emulator's kernarg list in the metadata ``.args`` order (:meth:`BufferABI.kernel_args`);
+    ``switches`` are a variant's switches as keywords (only ``int64_abi`` changes the list)."""
     _check_inputs(inputs)
-    sw = _fam().switch_kwargs(switches)
-    spec = [(n, _flat_view(inputs[n])) for n in ARG_NAMES]
-    if "int64_abi" not in sw:
-        _load_flydsl()
-        return C.kernarg_entries(spec)
-    out, offset = [], 0
-    for name, value in spec:
-        if isinstance(value, int):
-            out.append({"name": name, "kind": "by_value", "offset": offset, "size": 4,
-                        "bytes": int(value).to_bytes(4, "little", signed=True)})
-            offset += 4
-        else:
-            out.append({"name": name, "kind": "global_buffer", "offset": offset, "size": 8, "tensor": value})
-            offset += 8
-    return out
+    return _abi(switches).kernel_args(inputs)
 
 
 def device_args(inputs: dict, **switches) -> tuple:
-    """The launcher's positional arguments for a device run (tensors on the GPU): the tensors
-    themselves, or with ``int64_abi`` their ``data_ptr()`` addresses; ``tokens`` as an int."""
+    """The launcher's positional arguments for a device run (tensors on the GPU):
+    :meth:`BufferABI.device_args`."""
     _check_inputs(inputs)
-    sw = _fam().switch_kwargs(switches)
-    if "int64_abi" in sw:
-        return tuple(v if isinstance(v, int) else int(v.data_ptr()) for v in (inputs[n] for n in ARG_NAMES))
-    return tuple(_flat_view(inputs[n]) for n in ARG_NAMES)
+    return _abi(switches).device_args(inputs)
 
 
 def flops(tokens: int, experts: int, hidden: int, inter: int, topk: int, block_m: int = None) -> float:
@@ -874,15 +767,10 @@ def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int,
                   variant_name: str = None, **switches):
     """``(jit_launcher, args)`` for ``toolchain.compile``; pass switches by name or a
     ladder/leave-one-out ``variant_name`` (e.g. ``"moe2-v2"``)."""
-    switches = _fam().resolve(variant_name, switches)
+    switches = _family.of_module(__name__).resolve(variant_name, switches)
     launcher = build(tokens, experts, hidden, inter, topk, block_m, **switches)
     g = Geometry(tokens, experts, hidden, inter, topk, block_m)
-    bufs = _zero_buffers(g)
-    if switches.get("int64_abi"):
-        args = tuple(0 if n != "tokens" else g.M for n in ARG_NAMES)
-    else:
-        args = tuple(_flat_view(bufs[n]) for n in ARG_NAMES)
-    return launcher, args
+    return launcher, _abi(switches).compile_args(_zero_buffers(g))
 
 
 __doc__ = _family.document(__doc__, SWITCHES)
