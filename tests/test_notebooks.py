@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from mxfp4_ablation import notebooks, paths, variants
-from mxfp4_ablation.studies import engine, stubs
+from mxfp4_ablation.studies import reports, stubs
 
 NOTEBOOKS = notebooks.notebook_sources()
 STEP_NOTEBOOKS = [nb for nb in NOTEBOOKS if nb.parent.name in stubs.PARAMETERS]
 #: Names a notebook's code may use on these objects: the engine's report classes.
-REPORTS = {"step": engine.StepReport, "report": engine.SummaryReport, "moe_report": engine.SummaryReport}
+REPORTS = {"step": reports.StepReport, "report": reports.SummaryReport, "moe_report": reports.SummaryReport}
 
 
 def _code(nb: Path) -> ast.Module:

@@ -101,9 +101,9 @@ step.figure("speed")
 # `experiments/reference/calibration.csv`; resolved = the interval excludes 0) and what bounds it.
 
 # %%
-from mxfp4_ablation.studies import ablation
+from mxfp4_ablation.studies import modelled_section
 
-model = ablation.step_section(step, modelled_shapes) if modelled else None
+model = modelled_section.step_section(step, modelled_shapes) if modelled else None
 display(model.table() if model else Markdown("*Not modelled in this run* (`modelled = False`)."))
 if model:
     display(Markdown(f"Interval: {model.band['rule']}."))
