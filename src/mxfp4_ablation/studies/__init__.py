@@ -6,7 +6,7 @@
 * the modelled section: :mod:`.modelled_runs` (timing-model points), :mod:`.modelled_tables` (pure
   tables), :mod:`.modelled_figures`, :mod:`.modelled_section` (a step's and the summary's section, its
   README block);
-* :mod:`.stubs` -- the step notebooks' template (``new-step``);
+* :mod:`.step_notebook` -- the step notebooks' template and section cells;
 * :mod:`.cli` -- ``python -m mxfp4_ablation.studies ...``;
 * :mod:`.gemm`, :mod:`.moe` -- the two configurations; :mod:`.harness`, :mod:`.walkthrough` -- the
   figures of the harness-validation and walkthrough notebooks.

@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None, study: str | None = None) -> int:
 
             return modelled_section.main(args)
         if args.cmd == "new-step":
-            from . import stubs
+            from . import step_notebook
 
             try:
-                path = stubs.new_step(get(args.study), args.variant, args.title, args.sentence, args.force)
+                path = step_notebook.new_step(get(args.study), args.variant, args.title, args.sentence, args.force)
             except ValueError as err:
                 raise StudyError(str(err)) from None
             print(f"wrote {path}")
