@@ -121,7 +121,7 @@ def run(variant: str, mode: str = "emulated", out_dir: str | Path | None = None,
     from . import study_of
 
     study = study_of(variants.get(variant).family)
-    return study.step_report(variant, baseline, cases, mode, seeds, out_dir, iterations, isa_cases, modelled=True)
+    return study.step_report(variant, baseline, cases, mode, seeds, out_dir, iterations, isa_cases)
 
 
 def _show(*items) -> None:
@@ -168,9 +168,13 @@ def hot_loop(step, lines: int | None = 80) -> None:
 
 
 def speed(step) -> None:
-    _show("## Speed\nEvery value says its kind: *measured* (an MI355X, paired A/B with CIs), *modelled* (the "
-          "gfx950emu timing model) or *published* (the seed's own figures); a kind that is missing says why.",
-          step.speed_table(), step.figure("speed"))
+    """Measured speed (an MI355X, paired A/B with CIs) where this run timed the step, and the seed's own
+    published figures; the modelled speed is :func:`modelled`'s, shown once, in the next section."""
+    _show("## Speed: measured or published\nEvery value says its kind: *measured* (an MI355X, paired A/B with "
+          "CIs) or *published* (the seed's own figures); a kind that is missing says why. The timing model's "
+          "speed of this step is the next section's (*modelled*).", step.speed_table())
+    if step.measured is not None:
+        _show(step.figure("speed"))
 
 
 def modelled(step, shapes: Sequence[Sequence[int]] | None = None):
