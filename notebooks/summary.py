@@ -103,9 +103,9 @@ display(report.figure("published_tflops"))
 # the modelled total, and PR #990's published before -> after (orange, *published*).
 
 # %%
-from mxfp4_ablation.studies import ablation
+from mxfp4_ablation.studies import modelled_section
 
-gemm_model = ablation.summary_section(gemm.STUDY, report.out_dir) if modelled else None
+gemm_model = modelled_section.summary_section(gemm.STUDY, report.out_dir) if modelled else None
 if gemm_model:
     display(Markdown(f"Error band of a modelled delta: {gemm_model.band['rule']}."))
     display(gemm_model.deltas[["variant", "switch", "shape", "baseline_tflops", "tflops", "delta_pct", "band_pp",
@@ -178,8 +178,8 @@ else:
 from mxfp4_ablation.studies import readme as readme_mod
 
 Markdown(readme_mod.ladder_table(gemm.STUDY, report.metrics, report.expectations, report.correctness,
-                                 ablation.readme_columns("gemm", report.out_dir) if modelled else None,
-                                 ablation.readme_note("gemm", report.out_dir) if modelled else ""))
+                                 modelled_section.readme_columns("gemm", report.out_dir) if modelled else None,
+                                 modelled_section.readme_note("gemm", report.out_dir) if modelled else ""))
 
 # %% [markdown]
 # ## MoE (a4w4, aiter PR #3828)
@@ -252,7 +252,7 @@ display(moe_report.figure("published_ratios"))
 # cancels), where the PR states one.
 
 # %%
-moe_model = ablation.summary_section(moe.STUDY, report.out_dir) if modelled else None
+moe_model = modelled_section.summary_section(moe.STUDY, report.out_dir) if modelled else None
 if moe_model:
     display(moe_model.tables["modelled_moe_ratios"])
     display(moe_model.figure("modelled_ratios"))

@@ -5,7 +5,7 @@ studies, the summary, the walkthrough) plus the committed harness-validation dat
 Numbers are made up (plausible in size, deterministic); only the tables' shapes matter: the figures are
 drawn from them exactly as from a real ``make reproduce``. The layout test (``test_figure_layout.py``)
 renders every figure from this set. Built through the same pure table functions the study uses
-(:mod:`mxfp4_ablation.studies.ablation`), so a change of those tables' columns shows up here.
+(:mod:`mxfp4_ablation.studies.modelled_section`), so a change of those tables' columns shows up here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from mxfp4_ablation import paths, results
-from mxfp4_ablation.studies import ablation as A
+from mxfp4_ablation.studies import modelled_runs as R
+from mxfp4_ablation.studies import modelled_tables as A
+from mxfp4_ablation.studies import views
 
 PROV = {"label": "synthetic test fixture", "mode": "static", "settings": {}}
 
@@ -44,7 +46,7 @@ def ladders() -> dict:
     out = {}
     for study, prefix in (("gemm", "gemm"), ("moe", None)):
         rows = []
-        for slug in A.step_slugs(study):
+        for slug in views.step_slugs(study):
             num, rest = slug.split("_", 1)
             if study == "gemm":
                 variant, family, switch = f"gemm-v{int(num)}", "gemm", rest
@@ -107,13 +109,13 @@ def _sweep(names: list, shapes: list) -> pd.DataFrame:
             tflops = (1000.0 if name.endswith("-v0") else 4800.0 + 37.0 * i - 11.0 * j) if name.startswith("gemm") \
                 else 30.0 + 3.0 * i + 300.0 * j
             us = 1e3 / tflops
-            row = {c: 0.0 for c in A.SWEEP_COLUMNS}
+            row = {c: 0.0 for c in R.SWEEP_COLUMNS}
             row.update({"label": "modelled", "variant": name, "family": name.split("-")[0], "shape": shape,
                         "tflops": tflops, "us": us, "bound": "compute", "cycles": 1e5, "mfma_busy": 0.7 + 0.01 * i,
                         **{f"exposed_{r}": 1000.0 * (k + 1) + 10 * i for k, r in enumerate(A.REASONS)},
                         "model_version": "0.1.0", "clock_ghz": 1.395, "sample": 1, "cached": True})
             rows.append(row)
-    return pd.DataFrame(rows, columns=A.SWEEP_COLUMNS)
+    return pd.DataFrame(rows, columns=R.SWEEP_COLUMNS)
 
 
 def _timeline(names: list, shape: str, loop: bool) -> pd.DataFrame:
@@ -313,7 +315,7 @@ def build(exp: Path, every_step: bool = True) -> Path:
             wf["model_version"], wf["clock_ghz"] = "0.1.0", 1.395
             _write(wf, out / "modelled_waterfall.parquet")
             pub = _published("gemm")
-            pub["shape"] = [A.shape_text((r.M, r.N, r.K)) for r in pub.itertuples()]
+            pub["shape"] = [R.shape_text((r.M, r.N, r.K)) for r in pub.itertuples()]
             _write(pub, out / "modelled_published.parquet")
             loo = A.leave_one_out(sw, ladder_names[-1], loo_names, GEMM_SHAPES[0])
             loo.insert(0, "gemm", "gemm")

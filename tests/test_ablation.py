@@ -1,4 +1,4 @@
-"""Modelled per-step deltas and the ablation summary (studies.ablation): tables from fake timing rows,
+"""Modelled per-step deltas and the ablation summary (studies.modelled_*): tables from fake timing rows,
 figures from stored tables without FlyDSL."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 
 from mxfp4_ablation import provenance, results
-from mxfp4_ablation.studies import ablation as A
+from mxfp4_ablation.studies import modelled_runs as R
+from mxfp4_ablation.studies import modelled_section as S
+from mxfp4_ablation.studies import modelled_tables as A
 
 LADDER = ["gemm-v0", "gemm-v1", "gemm-v2", "gemm-v3"]
 SWITCHES = {"gemm-v1": "agpr_acc", "gemm-v2": "serpentine", "gemm-v3": "g2s_m0"}
@@ -22,7 +24,7 @@ TFLOPS = {"gemm-v0": 2000.0, "gemm-v1": 2500.0, "gemm-v2": 2600.0, "gemm-v3": 25
 
 
 def _row(variant, shape, tflops, us=None):
-    r = {c: None for c in A.SWEEP_COLUMNS}
+    r = {c: None for c in R.SWEEP_COLUMNS}
     r.update(label="modelled", variant=variant, family="gemm", shape=shape, tflops=tflops, us=us or 1e6 / tflops,
              bound="compute", cycles=10000, cycles_per_mfma_loop=16.5, mfma_busy=0.8, model_version="0.1.0",
              clock_ghz=1.395, sample="1 workgroup(s)", cached=True)
@@ -38,7 +40,7 @@ def _sweep(shapes=("8192x8192x8192", "16384x16384x16384"), scale=None):
             rows.append(_row(v, s, TFLOPS[v] * (1 + 0.1 * k)))
         for sw, t in (("agpr_acc", 2000.0), ("serpentine", 2580.0), ("g2s_m0", 2600.0)):
             rows.append(_row(f"gemm-v3-no-{sw}", s, t))
-    return pd.DataFrame(rows, columns=A.SWEEP_COLUMNS)
+    return pd.DataFrame(rows, columns=R.SWEEP_COLUMNS)
 
 
 def _calibration(tmp_path, bias=1.0, half=2.0, spread=0.9):
@@ -133,7 +135,7 @@ def test_moe_ratios_next_to_published():
     rows = []
     for M, (a, b) in {16: (100.0, 95.0), 4096: (300.0, 270.0)}.items():
         rows += [_row("moe2-v0", f"{M}x385x7168x512x9x16", 1.0, us=a), _row("moe2-v4", f"{M}x385x7168x512x9x16", 1.0, us=b)]
-    sw = pd.DataFrame(rows, columns=A.SWEEP_COLUMNS)
+    sw = pd.DataFrame(rows, columns=R.SWEEP_COLUMNS)
     pub = pd.DataFrame({"kernel": ["gemm2", "gemm2"], "M": [4096, 4096], "stage": ["before", "after"],
                         "ratio": [1.11, 1.00]})
     r = A.moe_ratios(sw, {"gemm2": "moe2-v0"}, {"gemm2": "moe2-v4"}, pub).set_index("M")
@@ -149,7 +151,7 @@ def _write(df, path):
 def _fake_step_run(run: Path, variant: str, baseline: str, tflops: dict):
     sw = pd.DataFrame([_row(v, s, t * f) for v, t in tflops.items() for s, f in (("8192x8192x8192", 1.0),
                                                                                  ("16384x16384x16384", 1.05))],
-                      columns=A.SWEEP_COLUMNS)
+                      columns=R.SWEEP_COLUMNS)
     d = A.step_deltas(sw, [(baseline, variant)], {variant: "x"})
     tl = pd.DataFrame([{"variant": v, "shape": "8192x8192x8192", "track": t, "start": s, "end": s + 16,
                         "opcode": "v_mfma", "kind": "mfma" if "MFMA" in t else "valu", "line": 1,
@@ -240,7 +242,7 @@ def test_zero_inputs_scale_the_probe_layout():
         return {"A": torch.ones(M, K // 2, dtype=torch.uint8), "S": torch.ones(N, K // 32, dtype=torch.uint8),
                 "C": torch.ones(M, N, dtype=torch.bfloat16), "M": M, "N": N, "tag": "x"}
 
-    z = A.zero_inputs(types.SimpleNamespace(make_inputs=make_inputs), M=1024, N=2048, K=4096)
+    z = R.zero_inputs(types.SimpleNamespace(make_inputs=make_inputs), M=1024, N=2048, K=4096)
     assert tuple(z["A"].shape) == (1024, 2048) and tuple(z["S"].shape) == (2048, 128)
     assert tuple(z["C"].shape) == (1024, 2048) and z["C"].dtype == torch.bfloat16 and not z["A"].any()
     assert z["M"] == 1024 and z["N"] == 2048 and z["tag"] == "x"
@@ -249,7 +251,7 @@ def test_zero_inputs_scale_the_probe_layout():
         return {"X": torch.ones(M, 300)}
 
     with pytest.raises(ValueError, match="cannot scale X"):
-        A.zero_inputs(types.SimpleNamespace(make_inputs=odd), M=1024, N=2048, K=4096)
+        R.zero_inputs(types.SimpleNamespace(make_inputs=odd), M=1024, N=2048, K=4096)
 
 
 def test_readme_columns_and_findings_from_a_summary_run(tmp_path):
@@ -259,13 +261,13 @@ def test_readme_columns_and_findings_from_a_summary_run(tmp_path):
     base = tmp_path / "modelled-gemm"
     base.mkdir()
     _write(d, base / "modelled_delta.parquet")
-    cols = A.readme_columns("gemm", tmp_path)
+    cols = S.readme_columns("gemm", tmp_path)
     assert cols[("gemm-v0", None)] == ("2000", "–")
     assert cols[("gemm-v1", None)] == ("2500", "+25.00% [+22.0, +26.0]")  # 25 - bias 1 +- 2
-    assert "modelled" in A.readme_note("gemm", tmp_path) and "1.395 GHz" in A.readme_note("gemm", tmp_path)
-    text = A.readme_findings("gemm", tmp_path)
+    assert "modelled" in S.readme_note("gemm", tmp_path) and "1.395 GHz" in S.readme_note("gemm", tmp_path)
+    text = S.readme_findings("gemm", tmp_path)
     assert "gemm-v1 (agpr_acc) +25.00%" in text and "*(modelled)*" in text
-    assert A.readme_columns("gemm", tmp_path / "nothing") == {} and A.readme_findings("gemm", None) is None
+    assert S.readme_columns("gemm", tmp_path / "nothing") == {} and S.readme_findings("gemm", None) is None
 
 
 def test_zero_input_gemm_timing_equals_the_real_input_timing():
@@ -279,7 +281,7 @@ def test_zero_input_gemm_timing_equals_the_real_input_timing():
     orig = modelled.model_isa
     try:
         modelled.model_isa = lambda *a, **k: orig(*a, **{**k, "use_cache": False})
-        zero = A._model("gemm-v0", shape, 1)
+        zero = R._model("gemm-v0", shape, 1)
     finally:
         modelled.model_isa = orig
     for key in ("cycles", "mfma_count", "cycles_per_mfma_loop", "exposed", "mfma_busy"):
@@ -292,16 +294,16 @@ def test_model_shapes_knob(monkeypatch):
     from mxfp4_ablation.studies import gemm
 
     monkeypatch.setenv("MXFP4_MODEL_SHAPES", "isa")
-    assert A.default_shapes(gemm.STUDY) == [(8192, 8192, 8192)]
-    assert {s for _, s in A.summary_plan(gemm.STUDY)} == {(8192, 8192, 8192)}
+    assert S.default_shapes(gemm.STUDY) == [(8192, 8192, 8192)]
+    assert {s for _, s in S.summary_plan(gemm.STUDY)} == {(8192, 8192, 8192)}
     monkeypatch.setenv("MXFP4_MODEL_SHAPES", "all")
-    assert len(A.default_shapes(gemm.STUDY)) == 4
-    plan = A.summary_plan(gemm.STUDY)
+    assert len(S.default_shapes(gemm.STUDY)) == 4
+    plan = S.summary_plan(gemm.STUDY)
     rungs, loo = len(family.get("gemm").ladder), len(family.get("gemm").leave_one_out())
     assert len(plan) == rungs * 4 + loo and len(set(plan)) == len(plan)
     monkeypatch.setenv("MXFP4_MODEL_SHAPES", "some")
     with pytest.raises(A.AblationError, match="MXFP4_MODEL_SHAPES"):
-        A.default_shapes(gemm.STUDY)
+        S.default_shapes(gemm.STUDY)
 
 
 def test_verdict_says_when_the_memory_floor_binds_both():

@@ -149,11 +149,11 @@ def test_figures_of_the_real_runs_are_legible(tmp_path):
 def test_a_kernel_without_a_hot_loop_shows_where_its_instruction_stream_differs():
     """moe1 (gemm1) has no hot loop: its timeline is kept whole, and the step figure's window is where
     wave 0's executed opcodes differ from the predecessor's (here: a VALU stretch near the end)."""
-    from mxfp4_ablation.studies import ablation
+    from mxfp4_ablation.studies import modelled_figures
 
     tl = figure_fixture._timeline(["moe1-v1", "moe1-v2"], "4096x385x7168x512x9x128", loop=False)
     assert set(tl["window"]) == {"whole kernel"}
-    win = ablation.diff_windows(tl, "moe1-v1", "moe1-v2")
+    win = modelled_figures.diff_windows(tl, "moe1-v1", "moe1-v2")
     assert set(win) == {"moe1-v1", "moe1-v2"}
     ops = tl[(tl["variant"] == "moe1-v2") & (tl["track"] == "wave0")].sort_values("start").reset_index(drop=True)
     exp = ops[ops["opcode"] == "v_exp_f32"]
@@ -161,6 +161,6 @@ def test_a_kernel_without_a_hot_loop_shows_where_its_instruction_stream_differs(
     assert lo <= exp["start"].min() and exp["end"].max() <= hi  # the changed stretch is inside the window
     assert lo > 0  # and the window is not the whole kernel from its start
     assert len(spans) >= len(exp)
-    assert ablation.diff_windows(tl, None, "moe1-v2") == {}
+    assert modelled_figures.diff_windows(tl, None, "moe1-v2") == {}
     same = tl[tl["variant"] == "moe1-v1"]
-    assert ablation.diff_windows(pd.concat([same, same.assign(variant="moe1-v2")]), "moe1-v1", "moe1-v2") == {}
+    assert modelled_figures.diff_windows(pd.concat([same, same.assign(variant="moe1-v2")]), "moe1-v1", "moe1-v2") == {}

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from mxfp4_ablation import notebooks, paths, variants
-from mxfp4_ablation.studies import engine, stubs
+from mxfp4_ablation.studies import STUDIES, get, reports, step_notebook
 
 NOTEBOOKS = notebooks.notebook_sources()
-STEP_NOTEBOOKS = [nb for nb in NOTEBOOKS if nb.parent.name in stubs.PARAMETERS]
+STEP_NOTEBOOKS = [nb for nb in NOTEBOOKS if nb.parent.name in STUDIES]
 #: Names a notebook's code may use on these objects: the engine's report classes.
-REPORTS = {"step": engine.StepReport, "report": engine.SummaryReport, "moe_report": engine.SummaryReport}
+REPORTS = {"step": reports.StepReport, "report": reports.SummaryReport, "moe_report": reports.SummaryReport}
 
 
 def _code(nb: Path) -> ast.Module:
@@ -77,22 +77,38 @@ def test_every_notebook_resolves_without_running(nb):
 
 
 @pytest.mark.parametrize("nb", STEP_NOTEBOOKS, ids=lambda p: str(p.relative_to(paths.REPO_ROOT)))
-def test_step_notebooks_are_their_template_with_title_variant_and_sentence(nb):
-    parts = stubs.parse(nb.read_text())
-    assert nb.read_text() == stubs.render(nb.parent.name, parts["variant"], parts["title"], parts["sentence"])
-    assert parts["variant"] in variants.all_variants()
+def test_a_step_notebook_carries_its_title_variant_and_sentence_and_calls_the_sections(nb):
+    parts = step_notebook.parse(nb.read_text())
+    assert parts["variant"] in variants.all_variants() and parts["title"] and parts["sentence"]
+    called = {node.func.attr for node in ast.walk(_code(nb)) if isinstance(node, ast.Call)
+              and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+              and node.func.value.id == "nb"}
+    assert called == {"run", "intro", "correctness", "isa", "hot_loop", "speed", "modelled"}
+    assert len(nb.read_text().splitlines()) < 60, "a step notebook carries only what is its own"
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_the_switch_records_are_the_step_list(name):
+    """One step notebook per ladder rung, named by the rung's slug, and no other."""
+    study = get(name)
+    on_disk = sorted(p.stem for p in (paths.REPO_ROOT / "notebooks" / name).glob("*.py"))
+    assert on_disk == sorted(study.step_slug(n) for n in study.ladder_names())
+    for n in study.ladder_names():
+        text = (paths.REPO_ROOT / "notebooks" / name / f"{study.step_slug(n)}.py").read_text()
+        assert step_notebook.parse(text)["variant"] == n
 
 
 def test_adding_a_step_writes_its_notebook_from_the_template(tmp_path, monkeypatch):
     from mxfp4_ablation.studies import gemm
 
     monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
-    path = stubs.new_step(gemm.STUDY, "gemm-v3", "GEMM ladder step 3 · `g2s_m0`", "One sentence on what it does.")
+    path = step_notebook.new_step(gemm.STUDY, "gemm-v3", "GEMM ladder step 3 · `g2s_m0`",
+                                  "One sentence on what it does.")
     assert path == tmp_path / "notebooks" / "gemm" / "03_g2s_m0.py"
-    assert stubs.parse(path.read_text()) == {"title": "GEMM ladder step 3 · `g2s_m0`",
-                                             "sentence": "One sentence on what it does.", "variant": "gemm-v3"}
+    assert step_notebook.parse(path.read_text()) == {"title": "GEMM ladder step 3 · `g2s_m0`",
+                                                     "sentence": "One sentence on what it does.", "variant": "gemm-v3"}
     with pytest.raises(ValueError, match="exists"):
-        stubs.new_step(gemm.STUDY, "gemm-v3", "t", "s")
+        step_notebook.new_step(gemm.STUDY, "gemm-v3", "t", "s")
 
 
 # --------------------------------------------------------------------------------------------- dependencies
@@ -384,26 +400,25 @@ def test_one_small_step_notebook_executes(tmp_path, monkeypatch):
     run = notebooks.run(paths.REPO_ROOT / "notebooks" / "gemm" / "00_baseline.py")
     assert run.name.endswith("-gemm--00_baseline") and (run / "00_baseline.ipynb").is_file()
     speed, prov = results.read_table(run / "speed.parquet")
-    assert set(speed["kind"]) >= {"measured", "published"} and prov["mode"] == "static"
+    assert set(speed["kind"]) == {"measured", "published"} and prov["mode"] == "static"  # modelled: its own section
     assert not speed.loc[speed["kind"] == "measured", "available"].any()
     assert (tmp_path / "figures" / "gemm" / "00_baseline_speed.svg").is_file()
 
 
-@pytest.mark.parametrize("study", sorted(stubs.PARAMETERS))
-def test_papermill_reads_every_parameter_of_the_step_template(study, caplog):
+def test_papermill_reads_every_parameter_of_the_step_template(caplog):
     """papermill parses each parameter line (one `=` per line: a comment holding another `=`, like
     'TP=4', makes it warn 'Unable to parse line N' and drop that parameter from its inspection)."""
     import logging
 
     from papermill.translators import PythonTranslator
 
-    text = stubs.render(study, "x-v1", "t", "s")
+    text = step_notebook.render("x-v1", "t", "s")
     cell = text.split('# %% tags=["parameters"]\n', 1)[1].split("\n# %%", 1)[0]
     names = [line.split("=", 1)[0].strip() for line in cell.splitlines() if line.strip() and not line.startswith("#")]
     with caplog.at_level(logging.WARNING, logger="papermill"):
         found = [p.name for p in PythonTranslator.inspect({"source": cell})]
     assert not [r for r in caplog.records if "Unable to parse" in r.getMessage()]
-    assert found == names and "modelled_shapes" in names and "hot_loop_lines" in names
+    assert found == names == ["out_dir", "mode", "variant"]  # the rest are the section functions' arguments
 
 
 def test_a_published_run_redraws_its_figures_from_its_final_tables(monkeypatch, tmp_path):

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from mxfp4_ablation.studies import ablation, get, readme
+from mxfp4_ablation.studies import get, modelled_section, readme
 from mxfp4_ablation.studies.tables import StudyError
 
 
 def _readme(tmp_path):
     study = get("gemm")
     parts = []
-    for begin, end in (readme.markers("gemm"), ablation.findings_markers("gemm"), readme.fidelity_markers("gemm")):
+    for begin, end in (readme.markers("gemm"), modelled_section.findings_markers("gemm"), readme.fidelity_markers("gemm")):
         parts += [begin, "OLD", end]
     path = tmp_path / "README.md"
     path.write_text("\n".join(parts) + "\n")
@@ -28,7 +28,7 @@ def test_a_block_whose_data_is_missing_is_an_error_and_nothing_is_written(tmp_pa
     with pytest.raises(StudyError, match=r"gemm modelled findings .* has no modelled-gemm/modelled_delta.parquet"):
         readme.update(path, [study], run)
     assert path.read_text() == before
-    monkeypatch.setattr(ablation, "readme_findings", lambda name, run: "* a finding *(modelled)*")
+    monkeypatch.setattr(modelled_section, "readme_findings", lambda name, run: "* a finding *(modelled)*")
     with pytest.raises(StudyError, match=r"gemm fidelity block: the summary run .* has no .*fidelity.parquet"):
         readme.update(path, [study], run)
     assert path.read_text() == before

@@ -22,103 +22,24 @@
 out_dir = None  # set by the runner: the run folder this notebook writes into
 mode = "emulated"  # device | emulated | static (set by the runner)
 variant = "gemm-v6"
-baseline = None  # None: the ladder predecessor
-shapes = None  # None: the mode's defaults (emulated: 256x256x3072 and 512x512x3072; device: PR #990's)
-isa_shape = [8192, 8192, 8192]  # where the ISA is read
-seeds = [0]
-iterations = 100  # timed A/B pairs per process (device mode only)
-modelled = True  # the timing model's speed too (labelled modelled)
-modelled_shapes = None  # None: PR #990's four; or e.g. [[8192, 8192, 8192]]
-hot_loop_lines = 80  # rows of the side-by-side hot loop shown; None: all
-
-# %% [markdown]
-# The switch's own record (the seed's claim, the mechanism, the metric it should move), rendered:
 
 # %%
-from mxfp4_ablation.studies import gemm
+from mxfp4_ablation.studies import step_notebook as nb
 
-step = gemm.step_report(variant, baseline, shapes, mode, seeds, out_dir, iterations, isa_shape,
-                        modelled=modelled)
-step.intro()
-
-# %% [markdown]
-# ## Correctness
-# Every check of this variant (the emulator off-device, the GPU on an MI355X), at every shape and seed.
+step = nb.run(variant, mode, out_dir)  # e.g. nb.run(variant, mode, cases=..., seeds=[0, 1]): see nb.run
+nb.intro(step)
 
 # %%
-step.verify
-
-# %% [markdown]
-# ## ISA: what changed from the predecessor
-# Static counts of the offline gfx950 compile; `step.changed(only_intended=True)` keeps the switch's own.
+nb.correctness(step)
 
 # %%
-step.changed()
+nb.isa(step)
 
 # %%
-step.expectations
+nb.hot_loop(step)  # lines=None: the whole loop
 
 # %%
-step.figure("isa_diff")
-
-# %% [markdown]
-# ## The hot loop, side by side (predecessor | step)
-# Per regime, the first `hot_loop_lines` rows (the parameter; None: all); a kernel without a loop says
-# so. `step.hot_loop(regime, lines=None)` is the whole loop, `step.isa_text(name, regime)` the whole `.s`.
+nb.speed(step)
 
 # %%
-from IPython.display import Markdown, display
-
-for regime in step.isa_cases:
-    loop = step.hot_loop(regime, lines=None)
-    where = f"{regime}: " if regime else ""
-    if loop.empty or not (loop != "").any().any():
-        display(Markdown(f"*{where}no loop in either kernel* (straight-line code)."))
-        continue
-    shown = len(loop) if hot_loop_lines is None else min(len(loop), hot_loop_lines)
-    display(Markdown(f"{where}{len(loop)} loop rows, the first {shown} shown (`hot_loop_lines`)."))
-    display(loop.head(shown))
-
-# %% [markdown]
-# ## Speed
-# Every value says its kind: *measured* (an MI355X, paired A/B with CIs), *modelled* (the gfx950emu timing
-# model) or *published* (the seed's own figures); a kind that is missing says why.
-
-# %%
-step.speed_table()
-
-# %%
-step.figure("speed")
-
-# %% [markdown]
-# ## What this step buys, *modelled*
-# The gfx950emu timing model (every value labelled *modelled*, with the model's version and clock; never
-# measured): the step and its predecessor at PR #990's four shapes (parameter `modelled_shapes`); the delta in % with
-# its interval from the model's held-out residuals (the rule is printed below, from
-# `experiments/reference/calibration.csv`; resolved = the interval excludes 0) and what bounds it.
-
-# %%
-from mxfp4_ablation.studies import ablation
-
-model = ablation.step_section(step, modelled_shapes) if modelled else None
-display(model.table() if model else Markdown("*Not modelled in this run* (`modelled = False`)."))
-if model:
-    display(Markdown(f"Interval: {model.band['rule']}."))
-
-# %% [markdown]
-# The seed's claim for this step, and whether the model sees it (sign; size where the claim states one):
-
-# %%
-if model:
-    display(Markdown(model.verdict_lines()))
-    display(model.figure("speed_delta"))
-
-# %% [markdown]
-# ### Where the cycles go (modelled)
-# MFMA-busy and exposed cycles by reason per SIMD (predecessor | step), and each one's timeline (4 waves
-# + the MFMA pipes): two trips of the hot loop, or, for a kernel without one (MoE gemm1), the window
-# where wave 0's instruction stream differs from the predecessor's (e.g. exp2's epilogue).
-
-# %%
-if model:
-    display(model.figure("speed_cycles"))
+nb.modelled(step)  # e.g. shapes=[[8192, 8192, 8192]]: the step at one shape

@@ -257,7 +257,7 @@ def moe_validation(points, theta) -> list[dict]:
     against our MoE ladders' last / first rung (which stand for the seed's after / before kernels),
     modelled at the same power parameters."""
     from . import family
-    from .studies import ablation
+    from .studies import modelled_runs
 
     out = []
     for p in points:
@@ -283,18 +283,18 @@ def moe_validation(points, theta) -> list[dict]:
 
 
 def _moe_result(name: str, shape: tuple) -> dict:
-    """The study's modelled MoE point (``ablation.modelled_source``: its sample and inputs), simulated
+    """The study's modelled MoE point (``modelled_runs.modelled_source``: its sample and inputs), simulated
     again when the cached entry predates the activity counts."""
     from . import modelled
-    from .studies import ablation
+    from .studies import modelled_runs
 
-    r = ablation.modelled_source(name, shape)
+    r = modelled_runs.modelled_source(name, shape)
     if r.get("activity"):
         return r
     orig = modelled._cache_load
     modelled._cache_load = lambda key: None  # one fresh simulation (stored, with its activity)
     try:
-        return ablation.modelled_source(name, shape)
+        return modelled_runs.modelled_source(name, shape)
     finally:
         modelled._cache_load = orig
 
@@ -303,7 +303,7 @@ def _sign_rows(p: dict, theta: dict) -> list[dict]:
     """The sign of the modelled step that adds ``p["stage"]`` (a switch) in each MoE ladder, at the
     point's shape, against the published sign (no size: the PR's decode shape is not ours)."""
     from . import family
-    from .studies import ablation
+    from .studies import modelled_runs
 
     shape = tuple(int(x) for x in p["shape"].split("x"))
     rows = []

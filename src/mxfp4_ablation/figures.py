@@ -24,7 +24,6 @@ from .studies import STUDIES
 
 #: Modules whose figures are registered on import: the two single notebooks' and every study's.
 FIGURE_MODULES = ("mxfp4_ablation.studies.walkthrough", "mxfp4_ablation.studies.harness", *STUDIES.values(),
-                  "mxfp4_ablation.studies.ablation",  # modelled per-step deltas + summary (deltas, #13)
                   "mxfp4_ablation.studies.attribution_views")  # Shapley shares + interactions (#23)
 
 

@@ -98,11 +98,21 @@ def family_modules(rel: str) -> set[str]:
     return set(_first(FAMILY_MODULES, rel))
 
 
+def study_modules(rel: str) -> set[str]:
+    """The study configuration a step notebook at ``rel`` reaches by name (its cells find the variant's
+    study with :func:`mxfp4_ablation.studies.study_of`): ``notebooks/<study>/*``."""
+    from .studies import STUDIES
+
+    parts = rel.split("/")
+    return {STUDIES[parts[1]]} if len(parts) == 3 and parts[1] in STUDIES else set()
+
+
 def notebook_dependencies(source: Path) -> list[Path]:
     """Everything a notebook's result depends on, besides the notebook itself and the environment."""
     source = Path(source).resolve()
     rel = source.relative_to(paths.REPO_ROOT).as_posix()
-    files = module_closure(notebook_imports(source) | family_modules(rel) | {"mxfp4_ablation.family"})
+    modules = notebook_imports(source) | family_modules(rel) | study_modules(rel) | {"mxfp4_ablation.family"}
+    files = module_closure(modules)
     for item in _first(DATA, rel):
         path = paths.REPO_ROOT / item
         if path.is_dir():

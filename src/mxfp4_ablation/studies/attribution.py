@@ -387,7 +387,7 @@ def order_vs_seed(p: Plan, phi: Mapping[str, float], samp: Mapping, unc: Mapping
                   resamples: int = 2000, seed: int = 0) -> dict:
     """The seed's claimed order against the Shapley ranking (module doc)."""
     if p.family == "gemm":
-        from .ablation import PR990_ORDER, PR990_URL
+        from .modelled_tables import PR990_ORDER, PR990_URL
 
         claimed, source = tuple(s for s, _ in PR990_ORDER), PR990_URL + " (\"roughly in descending order of impact\")"
     else:
@@ -421,22 +421,17 @@ def order_vs_seed(p: Plan, phi: Mapping[str, float], samp: Mapping, unc: Mapping
 
 def study_plans(study_name: str, shape: Sequence[int] | None = None, families: Sequence[str] | None = None,
                 **kw) -> list[Plan]:
-    """The plans of a study: GEMM at ``shape`` (default 8192^3); MoE every family at ``shape`` (default:
-    both regimes' ISA shapes)."""
-    from .. import shapes as shapes_mod
-    from . import STUDIES
+    """The plans of a study: every family of it (or ``families``) at ``shape`` (default: every regime's ISA
+    shape; GEMM 8192^3, MoE both regimes' Kimi shapes)."""
+    from . import STUDIES, get
 
     if study_name not in STUDIES:
         raise AttributionError(f"unknown study {study_name!r} (known: {', '.join(STUDIES)})")
-    fams = list(families) if families else (["gemm"] if study_name == "gemm" else ["moe1", "moe2"])
-    if study_name == "gemm" and fams != ["gemm"] or study_name == "moe" and not set(fams) <= {"moe1", "moe2"}:
+    spec = get(study_name).spec
+    fams = list(families) if families else list(spec.families)
+    if not set(fams) <= set(spec.families):
         raise AttributionError(f"study {study_name} has no family {', '.join(fams)}")
-    if shape is not None:
-        shape_list = [tuple(shape)]
-    elif study_name == "gemm":
-        shape_list = [tuple(shapes_mod.shapes("gemm", "isa")[0])]
-    else:
-        shape_list = [tuple(s) for r in shapes_mod.by_regime("moe", "isa").values() for s in r]
+    shape_list = [tuple(shape)] if shape is not None else [tuple(r.isa) for r in spec.regimes]
     return [plan(f, s, **kw) for s in shape_list for f in fams]
 
 

@@ -35,7 +35,7 @@ def _read(run_dir: Path, name: str):
 def _detail(df) -> str:
     lab = ", ".join(sorted(set(df["label"])))
     vs = ", ".join(sorted({str(v) for v in df["model_version"].dropna()})) if "model_version" in df else ""
-    from .ablation import clock_text
+    from .modelled_tables import clock_text
 
     clocks = [float(c) for v in (df["clock_ghz"].dropna() if "clock_ghz" in df else [])
               for c in re.findall(r"\d+(?:\.\d+)?", str(v).split("(")[0])]
@@ -146,8 +146,9 @@ def _study_figure(study: str, draw, run_dir: Path):
 
 def register(summary_run: str = "summary") -> None:
     from ..figures import figure
+    from . import STUDIES
 
-    for study in ("gemm", "moe"):
+    for study in STUDIES:
         figure(f"{study}/attribution_shares", run=summary_run)(functools.partial(_study_figure, study, draw_shares))
         figure(f"{study}/attribution_interactions", run=summary_run)(
             functools.partial(_study_figure, study, draw_interactions))

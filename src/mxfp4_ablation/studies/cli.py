@@ -3,7 +3,9 @@
 * ``readme-table [--study NAME] [--run DIR] [--update FILE]`` -- print a study's README ladder table from
   the latest summary run (or ``--run``), or replace every study's table between its markers in FILE;
 * ``list`` -- the studies, their step notebooks and their figures (FlyDSL-free);
-* ``new-step STUDY VARIANT --title ... --sentence ...`` -- the step notebook of a new ladder rung.
+* ``new-step STUDY VARIANT --title ... --sentence ...`` -- the step notebook of a new ladder rung;
+* ``modelled [--study NAME] [--out DIR] [--quick] [--no-figures]`` -- the summary's modelled sweep
+  (:func:`.modelled_section.main`).
 
 User errors (no summary run yet, a file without markers, an unknown study) exit 2 with one line;
 anything else is a bug and shows its traceback.
@@ -33,6 +35,11 @@ def main(argv: list[str] | None = None, study: str | None = None) -> int:
     n.add_argument("--title", required=True, help='e.g. "GEMM ladder step 8 · `unroll4`: four K steps per trip"')
     n.add_argument("--sentence", required=True, help="one or two sentences: what the step does, in the seed's terms")
     n.add_argument("--force", action="store_true", help="rewrite an existing notebook")
+    m = sub.add_parser("modelled", help="run the summary's modelled sweep (cached); print every step's delta")
+    m.add_argument("--study", choices=sorted(STUDIES), action="append")
+    m.add_argument("--out", default=None, help="folder for the tables (default: a scratch folder in the cache)")
+    m.add_argument("--quick", action="store_true", help="each regime's first device shape only")
+    m.add_argument("--no-figures", action="store_true")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "list":
@@ -43,11 +50,15 @@ def main(argv: list[str] | None = None, study: str | None = None) -> int:
                 names = sorted(f for f in figures.FIGURES if f.startswith(f"{name}/"))
                 print(f"{name}: {len(names)} figures: {', '.join(names)}")
             return 0
+        if args.cmd == "modelled":
+            from . import modelled_section
+
+            return modelled_section.main(args)
         if args.cmd == "new-step":
-            from . import stubs
+            from . import step_notebook
 
             try:
-                path = stubs.new_step(get(args.study), args.variant, args.title, args.sentence, args.force)
+                path = step_notebook.new_step(get(args.study), args.variant, args.title, args.sentence, args.force)
             except ValueError as err:
                 raise StudyError(str(err)) from None
             print(f"wrote {path}")

@@ -5,8 +5,8 @@ A study covers one or more kernel families (GEMM: ``gemm``; MoE: ``moe1`` and ``
 *regimes* (GEMM: one, unnamed; MoE: decode and prefill), each regime with the shape its ISA is read at
 and the shapes its correctness checks and timings run at, per mode. For every variant it gathers:
 
-* **correctness** -- :meth:`Study.verify_table` (:func:`mxfp4_ablation.runner.verify`: the emulator
-  off-device, the GPU on an MI355X) and :meth:`Study.correctness_overview` (the family's gate);
+* **correctness** -- :func:`.correctness.verify_table` (:func:`mxfp4_ablation.runner.verify`: the emulator
+  off-device, the GPU on an MI355X) and :func:`.correctness.correctness_overview` (the family's gate);
 * **static metrics** -- :meth:`Study.metrics` (offline gfx950 compiles through the family's
   ``study_metrics``), :meth:`Study.isa_diff`;
 * **expectations** -- :meth:`Study.expectation_table`: does each switch move the metric its seed says?
@@ -26,20 +26,19 @@ from __future__ import annotations
 import importlib
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
 from .. import paths, provenance, results
+from . import SUMMARY_RUN, correctness
 from . import speed as speed_mod
 from . import tables
+from .reports import StepReport, SummaryReport
 from .tables import StudyError
 
-#: The verify table's columns (the MoE study puts ``regime`` first).
-VERIFY_COLUMNS = ["variant", "shape", "seed", "backend", "status", "passed", "cosine", "max_abs_err", "hazards",
-                  "seconds", "error"]
 EXPECTATION_COLUMNS = ["comparison", "variant", "baseline", "switch", "metric", "direction", "before", "after",
                        "delta", "as_intended"]
 
@@ -81,6 +80,14 @@ class Spec:
     fidelity: Callable[["Study"], tuple] | None = None
     compile: Callable | None = None  # (names, shape) -> artifacts; default toolchain.compile_many
     summary_figures: tuple = ()  # the figures (``<name>/<figure>``) the summary renders, in order
+    # ---- the modelled section (:mod:`.modelled_section`)
+    model_sample: Callable[[tuple | None], int | None] = lambda shape: 1  # workgroups one point simulates
+    model_timeline: int = 0  # which of a step's modelled shapes its timeline is traced at
+    model_loo_regime: str | None = None  # the regime whose first device shape models the leave-one-out set
+    model_sweep: tuple = ()  # shapes the first and last rungs are modelled at too (MoE: the Kimi token counts)
+    #: (study, sweep, tables, stats) -> None: adds the family's own summary tables (and stats)
+    model_tables: Callable | None = None
+    model_figures: tuple = ("modelled_leave_one_out",)  # the summary's modelled figures, in order
 
 
 def compile_variants(variants_, shape: Sequence[int]) -> list:
@@ -112,108 +119,6 @@ def seeds_list(seeds) -> list[int]:
     if not seeds:
         raise StudyError("give at least one seed")
     return seeds
-
-
-@dataclass
-class StepReport:
-    """What :meth:`Study.step_report` wrote, as DataFrames (the same data as the run folder's parquet)."""
-
-    study: "Study"
-    variant: str
-    baseline: str | None
-    switch: str | None
-    mode: str
-    out_dir: Path
-    cases: dict  # regime -> [shape, ...] the checks (and timings) ran at
-    isa_cases: dict  # regime -> shape the ISA was read at
-    verify: pd.DataFrame
-    metrics: pd.DataFrame
-    isa_diff: pd.DataFrame | None
-    expectations: pd.DataFrame
-    speed: pd.DataFrame  # every speed value with its kind (measured / modelled / published), or why not
-    measured: pd.DataFrame | None = None  # the harness's table (device mode), None elsewhere
-    figures: dict = field(default_factory=dict)  # figure name -> svg path
-    speed_note: str = ""  # why nothing was measured on a device (e.g. no launcher for the variant yet)
-
-    @property
-    def shapes(self) -> list:
-        return [s for shapes in self.cases.values() for s in shapes]
-
-    # -------------------------------------------------------- cells a notebook shows (and a reader tweaks)
-
-    def intro(self):
-        from IPython.display import Markdown
-
-        return Markdown(self.study.intro_markdown(self.variant, self.baseline))
-
-    def changed(self, only_intended: bool = False) -> pd.DataFrame:
-        """The metrics that moved from the baseline to the step (or only the intended ones)."""
-        if self.isa_diff is None:
-            return self.study.side_by_side(self.metrics, [self.variant])
-        intended = set(self.expectations["metric"]) if len(self.expectations) else set()
-        diff = self.isa_diff[self.isa_diff["metric"].isin(intended)] if only_intended else \
-            tables.changed_metrics(self.isa_diff, intended)
-        index = ["regime", "metric"] if "regime" in diff.columns else ["metric"]
-        return diff.set_index(index)
-
-    def isa_text(self, name: str, regime: str | None = None) -> str:
-        """The ``.s`` this step wrote for variant ``name`` (in ``regime``: default the first one)."""
-        regime = regime if regime is not None else next(iter(self.isa_cases))
-        return (Path(self.out_dir) / "isa" / (regime or "") / f"{name}.s").read_text()
-
-    def hot_loop(self, regime: str | None = None, lines: int | None = 80) -> pd.DataFrame:
-        """The hot loop of the baseline and of the step, side by side (one instruction per row; the
-        first ``lines`` rows, None for all). Off-loop kernels show an empty column."""
-        from .. import isa
-
-        cols = {}
-        for name in [n for n in (self.baseline, self.variant) if n]:
-            body = isa.hot_loop(self.isa_text(name, regime)) or []
-            cols[name] = [i.text for i in body]
-        n = max([len(c) for c in cols.values()] + [0])
-        frame = pd.DataFrame({k: v + [""] * (n - len(v)) for k, v in cols.items()})
-        return frame if lines is None else frame.head(lines)
-
-    def speed_table(self, kind: str | None = None) -> pd.DataFrame:
-        """Every speed value of this step with its kind (measured / modelled / published), or one kind;
-        a kind that is not available has one row saying why."""
-        return self.speed if kind is None else speed_mod.speed_view(self.speed, kind)
-
-    def figure(self, kind: str):
-        """The SVG of this step's figure ``kind`` (``isa_diff`` / ``speed``), for ``display``."""
-        from IPython.display import SVG
-
-        for name, path in self.figures.items():
-            if name.endswith(f"_{kind}"):
-                return SVG(filename=str(path))
-        return None
-
-
-@dataclass
-class SummaryReport:
-    study: "Study"
-    metrics: pd.DataFrame
-    expectations: pd.DataFrame
-    correctness: pd.DataFrame
-    out_dir: Path
-    measured: pd.DataFrame | None = None  # the step runs' (and leave-one-out) measured tables, device only
-    figures: dict = field(default_factory=dict)  # figure name -> svg path
-    fidelity: pd.DataFrame | None = None  # first/last rung vs the seed's before/after, metric by metric
-    fidelity_note: str = ""  # why there is no fidelity table (not asked for, or no fidelity module)
-
-    def ladder_table(self, label: str | None = None, regime: str | None = None) -> pd.DataFrame:
-        """Every metric per ladder step (rows: metrics, columns: steps) of one family in one regime."""
-        return self.study.ladder_table(self.metrics, label, regime)
-
-    def leave_one_out_table(self) -> pd.DataFrame:
-        """Each ``<full>-no-<switch>`` against the full kernel: the switch's own metrics."""
-        e = self.expectations
-        return e[e["comparison"] == "leave-one-out"].reset_index(drop=True)
-
-    def figure(self, name: str):
-        from IPython.display import SVG
-
-        return SVG(filename=str(self.figures[f"{self.study.name}/{name}"]))
 
 
 class Study:
@@ -474,70 +379,6 @@ class Study:
         m = tables.per_regime(m, regime if self.regimed else None)
         return tables.metric_wide(m).T
 
-    # ================================================================ correctness
-
-    def verify_table(self, names: Iterable[str], cases: dict, seeds: Sequence[int], mode: str) -> pd.DataFrame:
-        """:func:`mxfp4_ablation.runner.verify` for each variant x regime x shape x seed.
-
-        ``status`` is ``passed`` / ``FAILED`` / ``not run`` (static mode, or the runner cannot run this
-        kernel yet: ``error`` says why). A failed check is recorded, not raised, so the table shows it.
-        """
-        names = list(names)
-        for n in names:
-            self.variant(n)
-        cols = (["regime"] if self.regimed else []) + VERIFY_COLUMNS
-        rows = []
-        backend = "device" if mode == "device" else "emulator"
-        for regime, shapes in cases.items():
-            if mode == "static":
-                rows += [{"regime": regime, "variant": n, "shape": "", "seed": -1, "backend": "none",
-                          "status": "not run", "error": "static mode: no emulator and no gfx950 GPU"} for n in names]
-                continue
-            from .. import runner
-
-            for n in names:
-                for shape in shapes:
-                    for seed in seeds:
-                        row = {"regime": regime, "variant": n, "shape": self.spec.shape_text(shape),
-                               "seed": int(seed), "backend": backend}
-                        try:
-                            res = runner.verify(n, tuple(shape), backend=backend, seed=int(seed))
-                        except (ValueError, NotImplementedError, ImportError) as err:
-                            row.update(status="not run",
-                                       error=str(err).splitlines()[0] if str(err) else type(err).__name__)
-                        else:
-                            row.update(status="passed" if res["passed"] else "FAILED", passed=bool(res["passed"]),
-                                       cosine=res.get("cosine"), max_abs_err=res.get("max_abs_err"),
-                                       hazards=res.get("hazards"), seconds=res.get("seconds"), error="")
-                        rows.append(row)
-        return pd.DataFrame(rows, columns=cols)
-
-    def correctness_overview(self, checks) -> pd.DataFrame:
-        """One row per variant (in family order, only those checked): checks run / passed, coverage,
-        worst cosine, total hazards, and the family's gate verdict (``status``)."""
-        lead = [self.spec.label_column] if self.spec.label_column else []
-        cols = lead + ["variant", "checks", "passed", self.spec.coverage_column, "min_cosine", "hazards", "status"]
-        if isinstance(checks, list):
-            checks = pd.concat(checks, ignore_index=True) if checks else pd.DataFrame(columns=["variant", "status"])
-        if not len(checks):
-            return pd.DataFrame(columns=cols)
-        rows = []
-        for name, v in self.variants().items():
-            if name not in set(checks["variant"]):
-                continue
-            sub = checks[checks["variant"] == name]
-            ran = sub[sub["status"] != "not run"]
-            npass = int((ran["status"] == "passed").sum())
-            coverage, gate = self.spec.gate(ran, self)
-            status = "not run" if ran.empty else "FAILED" if npass < len(ran) else gate
-            row = {"variant": name, "checks": int(len(ran)), "passed": npass, self.spec.coverage_column: coverage,
-                   "min_cosine": float(ran["cosine"].min()) if not ran.empty else math.nan,
-                   "hazards": float(ran["hazards"].sum()) if not ran.empty else math.nan, "status": status}
-            if self.spec.label_column:
-                row[self.spec.label_column] = self.spec.families[v.family]
-            rows.append(row)
-        return pd.DataFrame(rows, columns=cols)
-
     # ================================================================ one ladder step
 
     def _scratch(self, name: str) -> Path:
@@ -577,7 +418,7 @@ class Study:
                     **self._settings(run_cases, "cases"), **self._settings(isa_at, "isa_cases")}
         static_prov = provenance.collect("static", settings=settings)
 
-        checks = self.verify_table([variant], run_cases, seeds, mode)
+        checks = correctness.verify_table(self, [variant], run_cases, seeds, mode)
         results.write_table(checks, out_dir / "verify.parquet", provenance.collect(mode, settings=settings))
         names = [variant] + ([baseline] if baseline else [])
         roles = {variant: "variant", **({baseline: "baseline"} if baseline else {})}
@@ -656,9 +497,9 @@ class Study:
         checks = self.latest_step_tables("verify.parquet")
         loo = self.leave_one_out_names()
         if verify_leave_one_out and loo:
-            checks.append(self.verify_table(loo, run_cases, seeds, mode))
-        correctness = self.correctness_overview(checks)
-        results.write_table(correctness, out_dir / self.summary_table("correctness"),
+            checks.append(correctness.verify_table(self, loo, run_cases, seeds, mode))
+        overview = correctness.correctness_overview(self, checks)
+        results.write_table(overview, out_dir / self.summary_table("correctness"),
                             provenance.collect(mode, settings=settings))
         self.spec.published.write(out_dir / self.summary_table("published"))
 
@@ -685,12 +526,12 @@ class Study:
             fid, fid_note = (self.spec.fidelity or fidelity_section)(self)
             if fid is not None:
                 results.write_table(fid, out_dir / self.summary_table("fidelity"), static_prov)
-        report = SummaryReport(self, metrics, expectations, correctness, out_dir, measured, fidelity=fid,
+        report = SummaryReport(self, metrics, expectations, overview, out_dir, measured, fidelity=fid,
                                fidelity_note=fid_note)
         from . import readme
 
         results.atomic_write_text(out_dir / f"{self.spec.summary_prefix}readme_table.md",
-                                  readme.ladder_table(self, metrics, expectations, correctness) + "\n")
+                                  readme.ladder_table(self, metrics, expectations, overview) + "\n")
         if render:
             from .. import figures
 
@@ -698,10 +539,6 @@ class Study:
                 full = f"{self.name}/{name}"
                 report.figures[full] = figures.render(full, out_dir)[0]
         return report
-
-
-#: Run name of ``notebooks/summary.py`` (its tables feed the summary figures and the README tables).
-SUMMARY_RUN = "summary"
 
 
 def fidelity_section(study: "Study") -> tuple:

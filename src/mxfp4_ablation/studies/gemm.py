@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from .. import metrics, plots, shapes
-from . import engine, readme, speed, tables, views
+from . import SUMMARY_RUN, correctness, engine, modelled_figures, modelled_section, readme, speed, tables, views
 from .tables import StudyError
 
 FAMILY = "gemm"
@@ -31,7 +31,6 @@ EMULATED_SHAPES = tuple(shapes.shapes("gemm", "emulated"))
 DEVICE_SHAPES = tuple(shapes.shapes("gemm", "device"))
 #: MFMAs per wave per K step (4 blocks x 16 accumulators x 2 MFMAs of 128 K each).
 MFMA_PER_K_STEP = metrics.GEMM_MFMA_PER_K_STEP
-SUMMARY_RUN = engine.SUMMARY_RUN
 #: The GEMM metric set (:mod:`mxfp4_ablation.metrics`).
 study_metrics = metrics.gemm_metrics
 
@@ -90,6 +89,7 @@ SPEC = engine.Spec(
     measured_table="tflops.parquet", flops=lambda s: 2.0 * s[0] * s[1] * s[2],
     compile=lambda names, shape: compile_variants(names, shape),  # late-bound: tests stub it
     summary_figures=("ladder_metrics", "leave_one_out", "published_tflops"),
+    model_tables=modelled_section.ladder_tables, model_figures=("modelled_leave_one_out", "modelled_waterfall"),
 )
 STUDY = engine.Study(SPEC)
 
@@ -162,6 +162,7 @@ VIEW = views.View(
     summary_figures=("ladder_metrics", "leave_one_out", "published_tflops"),  # no "tflops": it drew the same
 )
 views.register(VIEW, SUMMARY_RUN)
+modelled_figures.register(VIEW, SPEC.model_figures, SUMMARY_RUN)
 
 
 def _register_step_figures() -> None:
@@ -196,8 +197,8 @@ def parse_shapes(shapes: Any, mode: str) -> list[tuple[int, int, int]]:
 
 
 def verify_table(names: Sequence[str], shapes: Sequence[Sequence[int]], seeds: Sequence[int], mode: str) -> pd.DataFrame:
-    """:meth:`engine.Study.verify_table` at a list of shapes."""
-    return STUDY.verify_table(names, {None: [tuple(s) for s in shapes]}, seeds, mode)
+    """:func:`.correctness.verify_table` at a list of shapes."""
+    return correctness.verify_table(STUDY, names, {None: [tuple(s) for s in shapes]}, seeds, mode)
 
 
 def ladder_metrics(shape: Sequence[int] = ISA_SHAPE, names: Sequence[str] | None = None,

@@ -14,13 +14,14 @@ Used by ``notebooks/moe/NN_<gemm>_<switch>.py`` (:func:`step_report`) and the Mo
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 
 from .. import metrics, plots, shapes
-from . import engine, speed, tables, views
+from . import SUMMARY_RUN, correctness, engine, modelled_figures, modelled_section, speed, tables, views
 from .tables import StudyError
 
 #: Display name of each MoE kernel family.
@@ -35,7 +36,6 @@ BLOCK_M = {r: int(v["block_m"]) for r, v in shapes.regimes("moe").items()}
 ISA_CASES = {r: s[0] for r, s in shapes.by_regime("moe", "isa").items()}
 EMULATED_CASES = {r: s[0] for r, s in shapes.by_regime("moe", "emulated").items()}
 DEVICE_CASES = {r: s[0] for r, s in shapes.by_regime("moe", "device").items()}
-SUMMARY_RUN = engine.SUMMARY_RUN
 #: The summary run's MoE tables (the GEMM half of the same run uses the unprefixed names).
 SUMMARY_TABLES = {k: f"moe_{k}.parquet" for k in ("ladder", "expectations", "correctness", "published")}
 #: The MoE metric set (:mod:`mxfp4_ablation.metrics`).
@@ -81,6 +81,28 @@ def _gate(ran: pd.DataFrame, study) -> tuple[str, str]:
     return ", ".join(regimes), "passed" if len(regimes) == len(REGIMES) else "passed (one regime only)"
 
 
+#: How many of the workgroups the first CU receives a modelled point simulates, per regime (block_m):
+#: decode (16-row blocks) all of them (16 at M=16, cheap: the kernel is memory bound); prefill (128-row
+#: blocks, ~40 s of simulation for the 11 the first CU gets at M=4096) the first 4.
+MODEL_SAMPLE = {16: 16, 128: 4}
+#: The largest token count the summary models. At M=16384 building the full Kimi inputs took the process
+#: past 14 GB RSS (measured); the timing runs now map their inputs lazily (only the sampled workgroups'
+#: experts are built, ``modelled._prepare``), so every token count of the sweep is modelled.
+MODEL_MAX_TOKENS = 16384
+#: The first and last rungs are modelled at the Kimi token counts up to :data:`MODEL_MAX_TOKENS` too.
+MODEL_SWEEP = tuple(tuple(s) for r in shapes.by_regime("moe", "kimi_sweep").values() for s in r
+                    if int(s[0]) <= MODEL_MAX_TOKENS)
+
+
+def _model_sample(shape) -> int:
+    """:data:`MODEL_SAMPLE` by block_m (the shape's 6th number; without one, the kernels' own rule: decode
+    below 4096 tokens; without a shape, decode's)."""
+    if shape is None:
+        return MODEL_SAMPLE[16]
+    block_m = int(shape[5]) if len(shape) > 5 else (16 if int(shape[0]) < 4096 else 128)
+    return MODEL_SAMPLE.get(block_m, MODEL_SAMPLE[16])
+
+
 def _slug(study, name: str) -> str:
     family = study.variant(name).family
     return f"{SLUG_BASE[family] + study.step_index(name):02d}_{GEMMS[family]}_{study.step_switch(name) or 'baseline'}"
@@ -96,6 +118,8 @@ SPEC = engine.Spec(
                   "before aiter PR #3828. Every later step adds one switch.",
     measured_table="ratio.parquet", label_column="gemm", slug=_slug, summary_prefix="moe_",
     summary_figures=("ladder_metrics", "leave_one_out", "published_ratios"),
+    model_sample=_model_sample, model_timeline=-1, model_loo_regime="prefill", model_sweep=MODEL_SWEEP,
+    model_tables=modelled_section.ratio_tables, model_figures=("modelled_leave_one_out", "modelled_ratios"),
 )
 STUDY = engine.Study(SPEC)
 
@@ -162,6 +186,7 @@ VIEW = views.View(
     summary_figures=("ladder_metrics", "leave_one_out", "published_ratios"),
 )
 views.register(VIEW, SUMMARY_RUN)
+modelled_figures.register(VIEW, SPEC.model_figures, SUMMARY_RUN)
 
 
 def _register_step_figures() -> None:
@@ -180,8 +205,8 @@ def moe_variants(family: str | None = None) -> dict:
 _variant = STUDY.variant
 ladder_names, leave_one_out_names = STUDY.ladder_names, STUDY.leave_one_out_names
 step_switch, step_slug, step_run_name = STUDY.step_switch, STUDY.step_slug, STUDY.step_run_name
-intro_markdown, expectation_table, correctness_overview = STUDY.intro_markdown, STUDY.expectation_table, \
-    STUDY.correctness_overview
+intro_markdown, expectation_table = STUDY.intro_markdown, STUDY.expectation_table
+correctness_overview = functools.partial(correctness.correctness_overview, STUDY)
 regime_isa_diff, metric_wide = tables.isa_diff, tables.metric_wide
 
 
@@ -199,7 +224,7 @@ def regime_metrics(names: Sequence[str], cases: dict, out_dir: str | Path | None
 
 
 def verify_table(names: Sequence[str], cases: dict, seeds: Sequence[int], mode: str) -> pd.DataFrame:
-    return STUDY.verify_table(names, {r: [tuple(c)] for r, c in cases.items()}, seeds, mode)
+    return correctness.verify_table(STUDY, names, {r: [tuple(c)] for r, c in cases.items()}, seeds, mode)
 
 
 def step_report(variant: str, baseline: str | None = None, cases: Any = None, mode: str = "emulated",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import results
-from . import tables
+from . import SUMMARY_RUN, tables
 from .tables import StudyError, fmt
 
 
@@ -95,7 +95,7 @@ def ladder_table(study, metrics: pd.DataFrame, expectations: pd.DataFrame,
     applies = {k: fams for k, _, fams in columns}
     regimes = tables.regimes_of(metrics)
     lead = ["step"] + (["regime"] if regimes != [None] else [])
-    extra = ["TFLOPS (modelled)", "Δ (modelled)"] if modelled else []  # studies.ablation.readme_columns
+    extra = ["TFLOPS (modelled)", "Δ (modelled)"] if modelled else []  # modelled_section.readme_columns
     head = lead + ["switch", "intended ISA change (predecessor → step)"] + [label for _, label in show] + extra + ["correct"]
     lines = ["| " + " | ".join(head) + " |",
              "|" + "|".join(["---"] * (len(lead) + 2) + ["---:"] * (len(show) + len(extra)) + ["---"]) + "|"]
@@ -141,18 +141,16 @@ def replace_between_markers(text: str, table: str, begin: str, end: str) -> str:
 
 def table_from_run(study, run: str | Path | None = None) -> str:
     """The study's README table from a summary run (default: the latest one)."""
-    from .engine import SUMMARY_RUN
-
     run = Path(run) if run is not None else results.latest_run(SUMMARY_RUN)
     if run is None or not (Path(run) / study.summary_table("ladder")).is_file():
         raise StudyError("no summary run with a ladder table yet; run `make reproduce` "
                          "(or `python -m mxfp4_ablation.notebooks run notebooks/summary.py`) first")
     read = lambda key: results.read_table(Path(run) / study.summary_table(key))[0]  # noqa: E731
     corr = Path(run) / study.summary_table("correctness")
-    from . import ablation
+    from . import modelled_section
 
     return ladder_table(study, read("ladder"), read("expectations"), read("correctness") if corr.is_file() else None,
-                        ablation.readme_columns(study.name, run), ablation.readme_note(study.name, run))
+                        modelled_section.readme_columns(study.name, run), modelled_section.readme_note(study.name, run))
 
 
 def fidelity_markers(name: str) -> tuple[str, str]:
@@ -172,8 +170,6 @@ def fidelity_from_run(study, run: str | Path | None) -> str | None:
 
 
 def _latest():
-    from .engine import SUMMARY_RUN
-
     return results.latest_run(SUMMARY_RUN)
 
 
@@ -207,11 +203,11 @@ def _update(path: Path, text: str, done: list, studies, run, latest) -> list[str
             continue
         text = replace_between_markers(text, table_from_run(study, run), begin, end)
         done.append(study.name)
-        from . import ablation  # the modelled findings, where the README has their markers
+        from . import modelled_section  # the modelled findings, where the README has their markers
 
-        fb, fe = ablation.findings_markers(study.name)
+        fb, fe = modelled_section.findings_markers(study.name)
         if fb in text:
-            found = ablation.readme_findings(study.name, latest)
+            found = modelled_section.readme_findings(study.name, latest)
             if not found:
                 raise _missing(path, f"{study.name} modelled findings (and ladder table's modelled columns)", latest,
                                f"modelled-{study.name}/modelled_delta.parquet")

@@ -139,9 +139,9 @@ def measure_or_why(pairs, shapes, iterations, out_dir, name: str = "timing", tab
 
 
 def timing_model(variant: str, shape: tuple) -> dict:
-    """The default modelled source: the timing model through :func:`.ablation.modelled_source` (the
+    """The default modelled source: the timing model through :func:`.modelled_runs.modelled_source` (the
     per-step deltas' source: same sample, same cache entry)."""
-    from .ablation import modelled_source
+    from .modelled_runs import modelled_source
 
     return modelled_source(variant, tuple(shape))
 
@@ -201,7 +201,7 @@ def step_interval(delta_pct: float, *, path: str | Path | None = None) -> dict:
     ``delta - bias`` +- ``t(n-1) x spread x sqrt(1 + 1/n)`` (90 %); *resolved* = it excludes 0.
 
     Returns ``{"delta_pct", "centre_pct", "low", "high", "half_width_pp", "bias_pp", "spread_pp",
-    "level", "resolved", "rule"}`` (NaN delta: NaN bounds, not resolved).  Callers: ``ablation.step_deltas``
+    "level", "resolved", "rule"}`` (NaN delta: NaN bounds, not resolved).  Callers: ``modelled_tables.step_deltas``
     (every step table, figure and README line) and helper code that needs the same interval.
     """
     from .. import calibration

@@ -2,7 +2,7 @@
 
 A :class:`Task` is one unit of work on one kernel variant at one shape -- ``what`` is ``compile``
 (offline gfx950 compile + static ISA metrics), ``verify`` (the emulator's correctness gate),
-``model`` (the gfx950emu timing model, :func:`mxfp4_ablation.studies.ablation.model_row`, the same
+``model`` (the gfx950emu timing model, :func:`mxfp4_ablation.studies.modelled_runs.model_row`, the same
 cached run the notebooks use) or ``bench`` (paired A/B timing against the family's empty-set kernel on
 a gfx950 GPU; refused anywhere else). :func:`run_task` runs one in the calling process and returns a
 flat row (always: variant, family, switch mask, shape, what, label, ok, error, seconds, cpu_seconds,
@@ -123,9 +123,9 @@ def _do_verify(v, shape, opts) -> dict:
 
 
 def _do_model(v, shape, opts) -> dict:
-    from . import ablation
+    from . import modelled_runs
 
-    row = ablation.model_row(v.name, shape, opts.get("sample", "auto"))
+    row = modelled_runs.model_row(v.name, shape, opts.get("sample", "auto"))
     row.pop("variant", None)
     row.pop("family", None)
     row.pop("shape", None)

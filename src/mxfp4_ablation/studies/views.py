@@ -412,9 +412,9 @@ def draw_fidelity(view: View, run_dir: Path):
     return fidelity.plot_fidelity(read(run_dir, f"{view.summary_prefix}fidelity.parquet"))
 
 
-def step_slugs(view: View) -> list[str]:
-    """The step notebooks' names under ``notebooks/<view.name>/`` (FlyDSL-free: files, not the registry)."""
-    folder = paths.REPO_ROOT / "notebooks" / view.name
+def step_slugs(study: str) -> list[str]:
+    """The step notebooks' names under ``notebooks/<study>/`` (FlyDSL-free: files, not the registry)."""
+    folder = paths.REPO_ROOT / "notebooks" / study
     return sorted(p.stem for p in folder.glob("*.py")) if folder.is_dir() else []
 
 
@@ -436,5 +436,5 @@ def register(view: View, summary_run: str = "summary") -> None:
     for name in view.summary_figures:
         figure(f"{view.name}/{name}", run=summary_run)(functools.partial(drawers[name], view))
     figure(f"{view.name}/fidelity", run=summary_run)(functools.partial(draw_fidelity, view))
-    for slug in step_slugs(view):
+    for slug in step_slugs(view.name):
         register_step(view, slug, baseline=slug.endswith("baseline"))
