@@ -84,6 +84,14 @@ def test_every_switch_documents_claim_mechanism_and_metric():
         assert "Seed claim" in doc and "Mechanism" in doc and "Metric" in doc, name
 
 
+def test_int64_abi_is_one_record_first_in_both_moe_ladders():
+    from mxfp4_ablation.kernels import moe_common, moe_gemm1
+
+    assert m2.SWITCHES["int64_abi"] is moe_gemm1.SWITCHES["int64_abi"] is moe_common.INT64_ABI
+    assert next(iter(m2.SWITCHES)) == next(iter(moe_gemm1.SWITCHES)) == "int64_abi"
+    assert "gemm1" in moe_common.INT64_ABI.metric and "gemm2" in moe_common.INT64_ABI.metric
+
+
 def test_the_registry_knows_the_moe2_variants():
     v = variants.get("moe2-v3")
     assert v.family == "moe2" and v.predecessor == "moe2-v2" and v.kind == "ladder"

@@ -93,8 +93,8 @@ from mxfp4_ablation.errors import UsageError
 from mxfp4_ablation.family import Expect, Output, Switch
 
 from .moe_common import (  # noqa: F401 - the contract's shape names, re-exported
-    BufferABI, check_inputs, default_block_m, expert_weights, MoEGeometry, N_WAVES, OPTIONAL_SHAPE_PARAMS,
-    PR_3828, routed_problem, SHAPE_PARAMS, switch_flags, WORKGROUP_ATTRS,
+    BufferABI, check_inputs, default_block_m, expert_weights, INT64_ABI, MoEGeometry, N_WAVES,
+    OPTIONAL_SHAPE_PARAMS, PR_3828, routed_problem, SHAPE_PARAMS, switch_flags, WORKGROUP_ATTRS,
 )
 
 NAME = "moe1"
@@ -102,22 +102,7 @@ LABEL = "moe1"
 METRICS = "moe"
 
 SWITCHES = _family.switch_table(
-    Switch(
-        "int64_abi", "Bare 64-bit base addresses as kernel arguments.", PR_3828,
-        claim="(first commit) passing data_ptr() as fx.Int64 instead of full memref/tensor descriptors packs the "
-        "addresses contiguously into the kernarg segment (a coalesced s_load prologue): ~7% faster at decode "
-        "(M=4/8), parity by M~64.",
-        mechanism="each global buffer is one 8-byte by_value argument instead of a pointer plus its layout block "
-        "(one i32 length: every tensor is passed flattened 1-D, as the seed's); the buffer resources are built in "
-        "the kernel from the address (rocdl.make.buffer.rsrc) with compile-time / token-count sizes, and the "
-        "global loads/stores (routing ids, outputs) address from it directly.",
-        metric="kernarg bytes (.kernarg_segment_size) 156 -> 88 and entries 21 -> 11 (the seed's: 156 -> 88); the "
-        "s_load_dword* that read them fall 11 -> 7 at Kimi decode and 12 -> 7 at prefill (the seed's: 11 -> 7, "
-        "12 -> 7; s_load_dwordx8 + x2 instead of x2 pairs) while the dwords fetched stay 19 (decode; prefill 21 "
-        "-> 23); instructions unchanged (2596 decode, 4821 prefill).",
-        expects=(Expect("kernarg_bytes", "down", note="156 -> 88 in our kernel and the seed's"),
-                 Expect("s_load", "down", note="11 -> 7 (decode), 12 -> 7 (prefill), as the seed's")),
-    ),
+    INT64_ABI,
     Switch(
         "exp2", "Hardware exp2 in silu.", PR_3828,
         claim="('flydsl mxfp4 gemm1: hardware exp2 in silu') rocdl.exp2 emits a bare v_exp_f32 instead of the "

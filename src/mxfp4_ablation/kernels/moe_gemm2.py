@@ -90,8 +90,8 @@ from mxfp4_ablation.errors import UsageError
 from mxfp4_ablation.family import Expect, Output, Switch
 
 from .moe_common import (  # noqa: F401 - the contract's shape names, re-exported
-    BufferABI, check_inputs, default_block_m, expert_weights, MoEGeometry, N_WAVES, OPTIONAL_SHAPE_PARAMS,
-    PR_3828, routed_problem, SHAPE_PARAMS, switch_flags, WORKGROUP_ATTRS,
+    BufferABI, check_inputs, default_block_m, expert_weights, INT64_ABI, MoEGeometry, N_WAVES,
+    OPTIONAL_SHAPE_PARAMS, PR_3828, routed_problem, SHAPE_PARAMS, switch_flags, WORKGROUP_ATTRS,
 )
 
 NAME = "moe2"
@@ -102,23 +102,7 @@ LABEL = "MoE gemm2"
 METRICS = "moe"
 
 SWITCHES = _family.switch_table(
-    Switch(
-        "int64_abi", "Bare 64-bit base addresses as kernel arguments.", PR_3828,
-        claim="passing each buffer as an i64 address instead of a memref/tensor descriptor makes gemm2 ~7 % "
-        "faster at decode, with parity by M~64 (a launch-bound kernel pays for every kernarg load before its "
-        "first memory access).",
-        mechanism="a FlyDSL fx.Tensor argument is a pointer plus a layout block (here one i32: the kernel takes "
-        "every buffer 1-D) in the kernarg segment; with int64_abi each buffer is one 8-byte argument, packed "
-        "contiguously, so the prologue's kernarg loads coalesce. The buffer resources are sized by compile-time "
-        "constants either way.",
-        metric="kernarg_bytes falls (Kimi: 144 -> 76 at decode, 400 -> 336 at prefill, which adds the 256 bytes "
-        "of implicit arguments its persistent grid reads; aiter: 156 -> 88 and 416 -> 344) and the s_load_dword* "
-        "count falls (12 -> 5 decode, 10 -> 6 prefill; aiter 12 -> 5 and 10 -> 6).",
-        expects=(Expect("kernarg_bytes", "down", seed_before=156, seed_after=88,
-                        note="decode; ours 144 -> 76 (prefill 400 -> 336)"),
-                 Expect("s_load", "down", seed_before=12, seed_after=5,
-                        note="decode; ours 12 -> 5 (prefill 10 -> 6)")),
-    ),
+    INT64_ABI,
     Switch(
         "unsigned_div", "Unsigned division for non-negative index math.", PR_3828,
         claim="divui/remui instead of the signed forms removes the sign-correction SALU of every division in the "
