@@ -375,6 +375,17 @@ def test_static_prologue_removes_the_integer_division(ladder):
     assert m7["opcode_histogram"].get("v_rcp_f32_e32", 0) == 0
 
 
+def test_static_prologue_moves_addresses_not_loads():
+    """static_prologue bakes M and N in and computes the tile addresses after the first scale loads:
+    every load, its place and every wait count stay those of the kernel without it."""
+    full = F.ladder[-1][1]
+    for KI in (1, 2, 4, 6, 12, 32):
+        a, b = _plan(full, KI), _plan(full - {"static_prologue"}, KI)
+        assert a.waits == b.waits and [a.segments(k) for k in range(KI)] == [b.segments(k) for k in range(KI)]
+    assert gemm.min_k_for_loop(full) == gemm.min_k_for_loop(full - {"static_prologue"})
+    assert gemm.slots_for(full).shape is not gemm.slots_for(full - {"static_prologue"}).shape
+
+
 @pytest.mark.slow
 def test_leave_one_out_variants_compile():
     names = [n for n, _ in F.leave_one_out()]

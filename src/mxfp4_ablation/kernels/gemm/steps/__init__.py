@@ -17,6 +17,4 @@ def _discover():
     return tuple(steps)
 
 
-from .. import static_prologue  # the last step, until it moves into steps/09_static_prologue.py
-
-STEPS = _discover() + (static_prologue,)
+STEPS = _discover()

@@ -5,9 +5,9 @@ from dataclasses import replace
 
 from mxfp4_ablation.family import Expect, Switch
 
-from . import stages
-from .layout import BLOCK_M
-from .seeds import PR_990
+from .. import stages
+from ..layout import BLOCK_M
+from ..seeds import PR_990
 
 SWITCH = Switch(
     "static_prologue", "Compile-time M and N.", PR_990,
