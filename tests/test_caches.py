@@ -45,7 +45,9 @@ def test_the_power_model_never_keys_the_cycle_cache(src_copy):
 
 @pytest.mark.parametrize("rel", ["mxfp4_ablation/_compile_worker.py", "mxfp4_ablation/toolchain.py",
                                  "mxfp4_ablation/formats.py", "mxfp4_ablation/kernels/common.py",
-                                 "mxfp4_ablation/kernels/gemm.py"])
+                                 "mxfp4_ablation/kernels/gemm/__init__.py",
+                                 "mxfp4_ablation/kernels/gemm/stages.py",
+                                 "mxfp4_ablation/kernels/gemm/steps/08_wide_epilogue.py"])
 def test_the_compile_key_covers_the_kernel_and_the_recipe(src_copy, rel):
     target = "mxfp4_ablation.kernels.gemm:build"
     before = toolchain.cache_key(target, {"M": 256})

@@ -13,6 +13,8 @@ import torch
 
 from mxfp4_ablation import family, isa, metrics, toolchain
 from mxfp4_ablation.kernels import gemm
+from mxfp4_ablation.kernels.gemm import layout, stages
+from mxfp4_ablation.kernels.gemm.schedule import Plan
 
 F = family.get("gemm")
 
@@ -32,6 +34,10 @@ def _before(switch):
     """The rung just before ``_rung(switch)``."""
     names = [n for n, _ in F.ladder]
     return names[names.index(_rung(switch)) - 1]
+
+
+def _plan(switches, KI):
+    return Plan(gemm.slots_for(frozenset(switches)), KI)
 
 
 def _compile(variant, **shape):
@@ -126,13 +132,13 @@ def test_bad_switches_are_plain_value_errors():
 
 @pytest.mark.parametrize("m_tiles, n_tiles", [(1, 1), (4, 2), (3, 5), (8, 8), (5, 8), (16, 3), (7, 9)])
 def test_tile_order_visits_every_tile_once(m_tiles, n_tiles):
-    tiles = [gemm.tile_order(w, m_tiles, n_tiles) for w in range(m_tiles * n_tiles)]
+    tiles = [stages.tile_order(w, m_tiles, n_tiles) for w in range(m_tiles * n_tiles)]
     assert sorted(tiles) == [(i, j) for i in range(m_tiles) for j in range(n_tiles)]
 
 
 def test_tile_order_gives_each_xcd_a_compact_group():
     # 8x8 tiles: XCD x runs workgroups x, x+8, ...; its first four tiles are one column of a 4-row group.
-    xcd0 = [gemm.tile_order(w, 8, 8) for w in range(0, 64, 8)][:4]
+    xcd0 = [stages.tile_order(w, 8, 8) for w in range(0, 64, 8)][:4]
     assert xcd0 == [(0, 0), (1, 0), (2, 0), (3, 0)]
 
 
@@ -140,7 +146,7 @@ def test_wait_plan_matches_the_issue_order():
     # Without the ring or b_carry, step k issues S(k+1) (8 VGPR scale loads) at its top, before the
     # first wait (as FlyDSL daee90e4's `_one_step` does), A0(k+2) in block (0,0), then, after the
     # middle wait, B0(k+2), B1(k+2) in (1,0) and A1(k+2) in (1,1).
-    plan = gemm._Plan(frozenset(), 8)
+    plan = _plan((), 8)
     assert plan.issues(0) == [("S", 1, 8), ("A0", 2, 4), ("B0", 2, 4), ("B1", 2, 4), ("A1", 2, 4)]
     assert plan.segments(0)[0] == ("issue", "scales", [("scale", 1, n) for n in range(8)])
     assert plan.waits["prologue"] == 24  # A0(0), B0(0) are read in the prologue: B1(0), A1(0), D(1) may fly
@@ -150,7 +156,7 @@ def test_wait_plan_matches_the_issue_order():
     # The middle wait needs A0(k+1), B0(k+1) (the next step's fragments are read after it).
     assert plan.waits["mid", 3] == 4 + 4 + 4 + 8 and ("mid", 7) not in plan.waits
     # b_carry + ring: B1(k+1) is read after the middle wait too; the gather G(k+3) sits in block (1,0).
-    ring = gemm._Plan(frozenset({"serpentine", "g2s_m0", "scale_prefetch", "b_carry"}), 8)
+    ring = _plan({"serpentine", "g2s_m0", "scale_prefetch", "b_carry"}, 8)
     assert ring.issues(3) == [("A0", 5, 4), ("B0", 5, 4), ("B1", 5, 4), ("G", 6, 1), ("A1", 5, 4)]
     assert ring.waits["prologue"] == 4 + 16  # A0/B0/B1(0) and G(0) read in the prologue: A1(0), D(1) fly
     assert ring.waits["top", 3] == 17 and ring.waits["mid", 3] == 1 + 4 + 4 + 4 and ring.waits["top", 7] == 0
@@ -162,35 +168,64 @@ def test_wait_plan_matches_the_issue_order():
     assert b00.count("dma") == 4 and b00.count("read") == 8 and b00[:3] == ["dma", "read", "read"]
     # k_unroll4 (PR #990's shape of the loop): steps 0, 1 peeled, [2, K/256 - 2) four at a time, two
     # tail steps; the loop's last step issues a dummy gather G(K/256) so every loop step is alike.
-    u4 = gemm._Plan(frozenset({"g2s_m0", "scale_prefetch", "k_unroll4"}), 32)
+    u4 = _plan({"g2s_m0", "scale_prefetch", "k_unroll4"}, 32)
     assert u4.loop_range(2) == (2, 30, 4)
     assert ("G", 32, 1) in u4.issues(29) and not any(kind == "G" for kind, _, _ in u4.issues(30))
-    assert gemm._Plan(frozenset({"g2s_m0", "scale_prefetch", "k_unroll4"}), 6).loop_range(2) == (2, 4, 2)
+    assert _plan({"g2s_m0", "scale_prefetch", "k_unroll4"}, 6).loop_range(2) == (2, 4, 2)
 
 
 def test_load_slots_follow_the_seeds():
+    front, spread = gemm.slots_for({"agpr_acc"}).order, gemm.slots_for({"agpr_acc", "serpentine"}).order
     # daee90e4 (before PR #990): one load after each MFMA from the first; 12 loads leave 20 quiet MFMAs
-    assert gemm.load_slots(12, 32, "front") == list(range(12))
+    assert front.load_after(12, 32) == list(range(12))
     # 741f3d6d: slots = {(t * n_mfma) // len(thunks)}; 12 or 14 loads leave the last 2 MFMAs quiet, 20 leave 1
-    assert gemm.load_slots(12, 32, "spread")[-1] == 29 and gemm.load_slots(14, 32, "spread")[-1] == 29
-    assert gemm.load_slots(20, 32, "spread")[-1] == 30 and gemm.load_slots(6, 32, "spread")[-1] == 26
-    assert gemm.interleave_rule(frozenset({"agpr_acc"})) == "front"
-    assert gemm.interleave_rule(frozenset({"agpr_acc", "serpentine"})) == "spread"
+    assert spread.load_after(12, 32)[-1] == 29 and spread.load_after(14, 32)[-1] == 29
+    assert spread.load_after(20, 32)[-1] == 30 and spread.load_after(6, 32)[-1] == 26
+    assert front is stages.RowMajorOrder and spread is not front
     # without serpentine the block's units are the DMAs, then the reads (the seed's thunk list)
-    segs = gemm._Plan(frozenset({"agpr_acc"}), 8).segments(3)
+    segs = _plan({"agpr_acc"}, 8).segments(3)
     b00 = [u[0] for u in next(s for s in segs if s[0] == "block")[2]]
     assert b00 == ["dma"] * 4 + ["read"] * 8
 
 
 def test_spread_places_the_shorter_list_evenly():
-    assert gemm._spread(list("DDDD"), list("RRRRRRRR")) == list("DRRDRRDRRDRR")
-    assert gemm._spread(list("RR"), []) == list("RR") and gemm._spread([], list("RR")) == list("RR")
+    mix = gemm.slots_for({"serpentine"}).order.mix
+    assert mix(list("DDDD"), list("RRRRRRRR")) == list("DRRDRRDRRDRR")
+    assert mix(list("RR"), []) == list("RR") and mix([], list("RR")) == list("RR")
+
+
+def test_steps_are_the_ladder_one_file_each():
+    """The steps/ folder in NN order is the ladder; each step file replaces stages of the slot table."""
+    assert [s.SWITCH.name for s in gemm.steps.STEPS] == list(gemm.SWITCHES)
+    base = gemm.slots_for(frozenset())
+    for step in gemm.steps.STEPS:
+        assert step.apply(base) != base, step.SWITCH.name
 
 
 def test_min_k_for_loop_per_rung():
     got = [gemm.min_k_for_loop(s) for _, s in F.ladder]
     assert got == [1024, 1024, 1024, 1024, 1280, 1280, 1536, 1536, 1536, 1536]
     assert all(gemm.min_k_for_loop(s) <= LADDER_SHAPE["K"] for _, s in F.leave_one_out())
+
+
+def test_numbers_in_the_records_are_the_generated_table():
+    """A record's "metric a -> b" (8192^3) is what README's generated GEMM ladder table says for that
+    rung ("metric a → b"), so a recompiled table whose numbers moved fails here until the record says
+    the new ones."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme[readme.index("<!-- gemm-ladder-table:begin"):readme.index("<!-- gemm-ladder-table:end -->")]
+    cells = {row[1]: row[2] for row in ([c.strip() for c in ln.strip("|").split("|")]
+                                        for ln in block.splitlines() if ln.startswith("| gemm-v"))}
+    checked = 0
+    for name, switch in gemm.SWITCHES.items():
+        for m in re.finditer(r"(\w+)(?: \([^)]*\))? (\d+) -> (\d+)", switch.metric):
+            shown = re.search(rf"\b{m.group(1)}(?: \([^)]*\))? (\S+) → (\S+)", cells[name])
+            if shown:
+                assert shown.groups() == m.group(2, 3), (name, m.group(0), shown.group(0))
+                checked += 1
+    assert checked >= 4
 
 
 # ---------------------------------------------------------------- one small compile (fast)
@@ -211,7 +246,7 @@ def test_small_v7_has_the_scaled_fp4_mfma_lds_dma_and_wide_stores(small_v7):
     m = metrics.kernel_metrics(small_v7.isa)
     assert m["buffer_store_by_width"] == {16: 32}
     assert m["scratch_bytes"] == 0 and m["agpr"] > 0
-    assert m["lds_bytes"] == 2 * gemm.STAGE + gemm.RING_SLOTS * gemm.RING_SLOT
+    assert m["lds_bytes"] == 2 * layout.STAGE + layout.RING_SLOTS * layout.RING_SLOT
 
 
 # ---------------------------------------------------------------- the ladder, switch by switch (slow)
@@ -231,7 +266,7 @@ def test_every_rung_runs_128_scaled_mfmas_per_k_step_in_its_loop(ladder):
         steps = 4 if "k_unroll4" in F.switch_set(name) else 2
         assert len(mfma) == steps * 128, name  # the loop body holds two K steps (four with k_unroll4)
         assert all("cbsz:4" in i.modifiers and "blgp:4" in i.modifiers for i in mfma), name
-        assert _count(loop, r"buffer_load_dwordx4") >= 2 * gemm.LOADS_PER_STEP, name
+        assert _count(loop, r"buffer_load_dwordx4") >= 2 * layout.LOADS_PER_STEP, name
         if "agpr_acc" in F.switch_set(name):  # v0 may spill, as the seed's kernel did before AGPR pinning
             assert metrics.kernel_metrics(art.isa)["scratch_bytes"] == 0, name
 
@@ -279,7 +314,7 @@ def test_scale_prefetch_moves_scales_to_one_lds_dma_per_step(ladder):
 
 @pytest.mark.slow
 def test_every_rung_issues_its_loads_among_the_mfmas(ladder):
-    """Like FlyDSL's kernel before and after PR #990 (gemm.load_slots), each block's loads (LDS-DMA,
+    """Like FlyDSL's kernel before and after PR #990 (the order slot's load_after), each block's loads (LDS-DMA,
     ds_read, ring read) one per MFMA slot: no run of them outside the MFMA stream, no ds_read before the
     first MFMA.  Without scale_prefetch the 8 VGPR scale loads of the next step open the step, before its
     first wait (FlyDSL daee90e4's ``_load_scales_rt`` at the top of ``_one_step``): one run of 8."""
@@ -340,6 +375,17 @@ def test_static_prologue_removes_the_integer_division(ladder):
     assert m7["opcode_histogram"].get("v_rcp_f32_e32", 0) == 0
 
 
+def test_static_prologue_moves_addresses_not_loads():
+    """static_prologue bakes M and N in and computes the tile addresses after the first scale loads:
+    every load, its place and every wait count stay those of the kernel without it."""
+    full = F.ladder[-1][1]
+    for KI in (1, 2, 4, 6, 12, 32):
+        a, b = _plan(full, KI), _plan(full - {"static_prologue"}, KI)
+        assert a.waits == b.waits and [a.segments(k) for k in range(KI)] == [b.segments(k) for k in range(KI)]
+    assert gemm.min_k_for_loop(full) == gemm.min_k_for_loop(full - {"static_prologue"})
+    assert gemm.slots_for(full).shape is not gemm.slots_for(full - {"static_prologue"}).shape
+
+
 @pytest.mark.slow
 def test_leave_one_out_variants_compile():
     names = [n for n, _ in F.leave_one_out()]
@@ -398,8 +444,9 @@ def test_xcd_tile_order_covers_every_tile_in_the_emulator():
 _LOOSE_WAITS = """
 import glob, sys
 from mxfp4_ablation.kernels import gemm
-exact = gemm._Plan._count_after
-gemm._Plan._count_after = lambda self, need: exact(self, need) + 1
+from mxfp4_ablation.kernels.gemm.schedule import Plan
+exact = Plan._count_after
+Plan._count_after = lambda self, need: exact(self, need) + 1
 launcher, args = gemm.compile_entry(256, 256, 1536, variant_name=sys.argv[1])
 launcher(*args)
 """

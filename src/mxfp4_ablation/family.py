@@ -1,6 +1,6 @@
 """Kernel families: the records a kernel module declares, the contract it implements, and the one registry.
 
-A *family* is one kernel builder (``kernels/gemm.py``, ``kernels/moe_gemm1.py``, ``kernels/moe_gemm2.py``)
+A *family* is one kernel builder (``kernels/gemm/``, ``kernels/moe_gemm1.py``, ``kernels/moe_gemm2.py``)
 plus the optimisation steps it can switch on. Everything the study knows about a step comes from one
 :class:`Switch` record declared next to the builder: the seed it is taken from, the seed's claim, the
 mechanism, the metric moves it should cause (:class:`Expect`) and the switches it needs. Docstrings

@@ -65,8 +65,10 @@ def package_data(package_dir: Path) -> set[Path]:
 
 def module_closure(modules: Iterable[str], data: bool = True) -> set[Path]:
     """Source files of ``modules`` and of every module of ours they import, transitively (and the
-    ``__init__.py`` of each package on the way); with ``data`` also the package data of every package
-    folder on the way (``gfx950emu/timing/gfx950.toml`` for ``gfx950emu.timing``)."""
+    ``__init__.py`` of each package on the way, with the modules of that package whose names are no
+    identifier -- ``kernels/gemm/steps/01_agpr_acc.py``: only the package's own discovery imports
+    them); with ``data`` also the package data of every package folder on the way
+    (``gfx950emu/timing/gfx950.toml`` for ``gfx950emu.timing``)."""
     seen: set[str] = set()
     files: set[Path] = set()
     todo = list(modules)
@@ -84,6 +86,8 @@ def module_closure(modules: Iterable[str], data: bool = True) -> set[Path]:
         parts = module.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
         todo += _file_imports(path, module, path.stat().st_mtime_ns)
+        if path.name == "__init__.py":  # modules no import statement can name (``01_step.py``): the package finds them
+            todo += [f"{module}.{p.stem}" for p in path.parent.glob("*.py") if not p.stem.isidentifier()]
     return files
 
 

@@ -259,7 +259,8 @@ def _source_digest(target: str) -> str:
     _module_file(target)  # a clear error for a malformed or unknown target
     module = target.partition(":")[0]
     kernels = paths.REPO_ROOT / "src" / "mxfp4_ablation" / "kernels"
-    named = {f"mxfp4_ablation.kernels.{p.stem}" for p in kernels.glob("*.py") if p.stem != "__init__"}
+    named = {f"mxfp4_ablation.kernels.{p.stem}" for p in kernels.iterdir()
+             if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
     digest = hashlib.sha256()
     for file in sorted(sources.module_closure({module, *COMPILE_MODULES, *named})):
         try:
