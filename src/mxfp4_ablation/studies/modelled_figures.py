@@ -354,9 +354,9 @@ def draw_moe_ratios(run_dir: Path):
     axes[0][0].legend(fontsize=7, frameon=False, loc="upper left", ncol=2)
     axes[0][0].set_ylabel("time ratio last / first rung", fontsize=8)
     text, colour = plots.SOURCES["modelled"]
-    fig.suptitle(f"MoE ladders: last / first rung time per token count ({text}: {model_detail(r)}; orange: "
+    fig.suptitle(f"MoE ladders: last / first rung time per token count\n({text}: {model_detail(r)}; orange: "
                  "published)", x=0.01, ha="left", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.tight_layout(rect=(0, 0, 1, 0.88))
     return fig
 
 

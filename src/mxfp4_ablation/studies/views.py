@@ -147,10 +147,10 @@ def draw_step_isa_diff(view: View, run_dir: Path):
         if regime is not None:
             ax.set_title(regime, loc="left", fontsize=8)
         ax.set_xlabel(f"change from {baseline} (%); * = intended{scale}", fontsize=7)
-    fig.text(0.01, 1 - 0.06 / height, f"{variant} vs {baseline}: ISA metrics (green = intended move, red = not)",
+    fig.text(0.01, 1 - 0.05 / height, f"{variant} vs {baseline}: ISA metrics (green = intended move, red = not)",
              ha="left", va="top", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.42 / height))
-    _badge(fig, 1 - 0.36 / height, "static", shapes_detail(metrics))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.48 / height))
+    _badge(fig, 1 - 0.42 / height, "static", shapes_detail(metrics))  # below the title (a long one reaches it)
     return fig
 
 
