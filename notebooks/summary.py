@@ -41,6 +41,25 @@ fidelity = True  # first/last rungs vs the seeds' before/after kernels (compiles
 attribution = True  # Shapley attribution over switch subsets (modelled; needs modelled = True)
 attribution_pairs = 2  # GEMM: antithetic pairs of sampled orderings (its 240 subsets are `make attribution-exact`)
 attribution_scheduler = "local"  # the sweep engine's Dask scheduler for the GEMM subsets (local, local:N, an address)
+work_first = True  # run the sections' compiles, emulator runs and model points first, spread over workers
+work_scheduler = "local"  # where that work runs (the sweep engine's schedulers: local, local:N, inline, an address)
+
+# %% [markdown]
+# ## The work first
+# What the sections below compute -- every compile, the leave-one-out emulator runs, every modelled
+# point and attribution subset -- is cached on disk by content, so it runs here first as one sweep over
+# the sweep engine's workers (one per core); the sections then read it from the caches and show the same
+# tables and figures. One row per kind of task: how many, how many were already cached, their CPU time.
+
+# %%
+from mxfp4_ablation.studies import summary_work
+
+if work_first:
+    work = summary_work.prefetch(["gemm", "moe"], mode, cases={"gemm": (isa_shape, shapes)},
+                                 verify_leave_one_out=verify_leave_one_out, fidelity=fidelity, modelled=modelled,
+                                 attribution=attribution, attribution_pairs={"gemm": attribution_pairs},
+                                 scheduler=work_scheduler)
+    display(summary_work.overview(work))
 
 # %%
 from IPython.display import Markdown, display

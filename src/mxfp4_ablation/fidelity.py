@@ -162,6 +162,40 @@ def compare(upstream: Any, ours: Any, band_pct: float) -> tuple[float | None, bo
     return round(pct, 2), abs(pct) <= band_pct + 1e-9
 
 
+def _plan(df: pd.DataFrame, seeds: Sequence[str] | None, cases: Sequence[str] | None = None,
+          rungs: Mapping[str, tuple[str, str]] | None = None) -> list[tuple]:
+    """``(seed name, Seed, case, shape text, first rung, last rung)`` per upstream case to compare."""
+    names = list(seeds) if seeds is not None else list(SEEDS)
+    unknown = [n for n in names if n not in SEEDS]
+    if unknown:
+        raise FidelityError(f"unknown seed(s) {', '.join(unknown)} (known: {', '.join(SEEDS)})")
+    plan = []
+    for name in names:
+        seed = SEEDS[name]
+        first, last = (rungs or {}).get(name, (seed.first, None))
+        last = last or seed.last()
+        for label, shape in upstream_cases(df, seed).items():
+            if cases is None or label in cases:
+                plan.append((name, seed, label, shape, first, last))
+    if not plan:
+        raise FidelityError("no upstream case to compare (the fingerprints table has no before+after pair "
+                            f"for {', '.join(names)}{' at ' + ', '.join(cases) if cases else ''}).")
+    return plan
+
+
+def _requests(plan: Sequence[tuple]) -> list[tuple[str, tuple[int, ...]]]:
+    return list(dict.fromkeys((variant, our_shape(seed, shape)) for _, seed, _, shape, first, last in plan
+                              for variant in (first, last)))
+
+
+def compile_requests(seeds: Sequence[str] | None = None, *, fingerprints: pd.DataFrame | str | Path | None = None
+                     ) -> list[tuple[str, tuple[int, ...]]]:
+    """The ``(variant, shape)`` pairs :func:`fidelity_table` compiles for ``seeds`` (the summary's work
+    list runs them ahead, :mod:`mxfp4_ablation.studies.summary_work`)."""
+    df = fingerprints if isinstance(fingerprints, pd.DataFrame) else load_fingerprints(fingerprints)
+    return _requests(_plan(df, seeds))
+
+
 def fidelity_table(seeds: Sequence[str] | None = None, *, fingerprints: pd.DataFrame | str | Path | None = None,
                    ours: Mapping[tuple[str, tuple[int, ...]], Mapping[str, Any]] | None = None,
                    cases: Sequence[str] | None = None, rungs: Mapping[str, tuple[str, str]] | None = None
@@ -174,28 +208,9 @@ def fidelity_table(seeds: Sequence[str] | None = None, *, fingerprints: pd.DataF
     case labels (e.g. ``["8192x8192x8192", "decode"]``); ``rungs`` overrides ``{seed: (first, last)}``.
     """
     df = fingerprints if isinstance(fingerprints, pd.DataFrame) else load_fingerprints(fingerprints)
-    names = list(seeds) if seeds is not None else list(SEEDS)
-    unknown = [n for n in names if n not in SEEDS]
-    if unknown:
-        raise FidelityError(f"unknown seed(s) {', '.join(unknown)} (known: {', '.join(SEEDS)})")
-    plan = []  # (seed name, Seed, case, shape text, first, last)
-    for name in names:
-        seed = SEEDS[name]
-        first, last = (rungs or {}).get(name, (seed.first, None))
-        last = last or seed.last()
-        for label, shape in upstream_cases(df, seed).items():
-            if cases is None or label in cases:
-                plan.append((name, seed, label, shape, first, last))
-    if not plan:
-        raise FidelityError("no upstream case to compare (the fingerprints table has no before+after pair "
-                            f"for {', '.join(names)}{' at ' + ', '.join(cases) if cases else ''}).")
+    plan = _plan(df, seeds, cases, rungs)
     have = dict(ours or {})
-    need = []
-    for _, seed, _, shape, first, last in plan:
-        for variant in (first, last):
-            key = (variant, our_shape(seed, shape))
-            if key not in have and key not in need:
-                need.append(key)
+    need = [key for key in _requests(plan) if key not in have]
     if need:
         have.update(our_fingerprints(need))
     rows = []

@@ -111,6 +111,25 @@ def _value(struct: Structure, v: Mapping[frozenset, float], s) -> float:
         raise GameError(f"no value for the set {{{', '.join(p for p in struct.players if p in key)}}}") from None
 
 
+def _memo(struct: Structure, v: Mapping[frozenset, float]):
+    """``s -> v(sigma(s))``, each closed set looked up once."""
+    cache: dict[frozenset, float] = {}
+
+    def val(s):
+        key = struct.sigma(s)
+        if key not in cache:
+            cache[key] = _value(struct, v, key)
+        return cache[key]
+
+    return val
+
+
+def _subsets(items: Sequence[str]):
+    """Every subset of ``items``, in bit order."""
+    for m in range(1 << len(items)):
+        yield frozenset(q for j, q in enumerate(items) if m >> j & 1)
+
+
 def _weights(n: int) -> list[float]:
     """Shapley weight of a coalition of size k not holding the player: k!(n-k-1)!/n!."""
     return [math.factorial(k) * math.factorial(n - k - 1) / math.factorial(n) for k in range(n)]
@@ -122,20 +141,11 @@ def shapley_exact(struct: Structure, v: Mapping[frozenset, float]) -> dict[str, 
     if (1 << n) > 1 << 20:
         raise GameError(f"{n} players: too many sets to enumerate; sample instead")
     w = _weights(n)
-    cache: dict[frozenset, float] = {}
-
-    def val(s):
-        key = struct.sigma(s)
-        if key not in cache:
-            cache[key] = _value(struct, v, key)
-        return cache[key]
-
+    val = _memo(struct, v)
     out = {}
-    for i, p in enumerate(struct.players):
-        others = [q for q in struct.players if q != p]
+    for p in struct.players:
         total = 0.0
-        for m in range(1 << (n - 1)):
-            s = frozenset(q for j, q in enumerate(others) if m >> j & 1)
+        for s in _subsets([q for q in struct.players if q != p]):
             total += w[len(s)] * (val(s | {p}) - val(s))
         out[p] = total
     return out
@@ -147,20 +157,11 @@ def interactions_exact(struct: Structure, v: Mapping[frozenset, float]) -> dict[
     if n < 2:
         return {}
     wk = [math.factorial(k) * math.factorial(n - k - 2) / math.factorial(n - 1) for k in range(n - 1)]
-    cache: dict[frozenset, float] = {}
-
-    def val(s):
-        key = struct.sigma(s)
-        if key not in cache:
-            cache[key] = _value(struct, v, key)
-        return cache[key]
-
+    val = _memo(struct, v)
     out = {}
     for a, b in itertools.combinations(struct.players, 2):
-        others = [q for q in struct.players if q not in (a, b)]
         total = 0.0
-        for m in range(1 << (n - 2)):
-            s = frozenset(q for j, q in enumerate(others) if m >> j & 1)
+        for s in _subsets([q for q in struct.players if q not in (a, b)]):
             total += wk[len(s)] * (val(s | {a, b}) - val(s | {a}) - val(s | {b}) + val(s))
         out[(a, b)] = total
     return out
