@@ -124,8 +124,16 @@ def test_a_notebook_depends_on_its_family_and_shared_code_only():
     kernels = {sources._module_file(m).relative_to(paths.REPO_ROOT).as_posix() for m in variants.KERNEL_MODULES.values()}
     gemm_kernel = "src/mxfp4_ablation/kernels/gemm/__init__.py"
     assert gemm_kernel in gemm and not {k for k in kernels if "moe" in k} & gemm
-    assert "src/mxfp4_ablation/kernels/gemm/steps/08_wide_epilogue.py" in gemm  # found by its package, not imported by name
-    assert {k for k in kernels if "moe" in k} <= moe and gemm_kernel not in moe
+    steps = "src/mxfp4_ablation/kernels/gemm/steps/"
+    # a step notebook runs its variant and the predecessor: the steps they switch on, not the later ones
+    assert f"{steps}01_agpr_acc.py" in gemm and f"{steps}02_serpentine.py" not in gemm
+    last = _deps("notebooks/gemm/09_static_prologue.py")
+    assert f"{steps}08_wide_epilogue.py" in last  # found by its package, not imported by name
+    assert {f"{steps}__init__.py", "src/mxfp4_ablation/kernels/gemm/stages.py"} <= gemm & last
+    # a MoE step notebook runs its own gemm's kernel
+    assert "src/mxfp4_ablation/kernels/moe_gemm1.py" in moe and "src/mxfp4_ablation/kernels/moe_gemm2.py" not in moe
+    assert "src/mxfp4_ablation/kernels/moe_common.py" in moe and gemm_kernel not in moe
+    assert "src/mxfp4_ablation/kernels/moe_gemm2.py" in _deps("notebooks/moe/21_gemm2_int64_abi.py")
     assert kernels <= summary
     for shared in ("src/mxfp4_ablation/studies/engine.py", "src/mxfp4_ablation/runner.py",
                    "src/mxfp4_ablation/isa.py"):
@@ -444,3 +452,37 @@ def test_a_published_run_redraws_its_figures_from_its_final_tables(monkeypatch, 
     monkeypatch.setattr(figures, "render", render)
     out = notebooks.redraw_figures("gemm--01_x", tmp_path)
     assert drawn == [("t/mine", tmp_path)] and out == [tmp_path / "t/mine.svg"]
+
+
+def test_a_rerun_whose_inputs_changed_only_in_comments_is_skipped(tmp_path, monkeypatch):
+    """`make reproduce` passes the stamp: a comment or layout edit of a code input reruns nothing; a code
+    edit, an edit of the notebook's own text (its markdown cells are comments) or a run by hand does."""
+    import shutil
+
+    import papermill
+
+    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path / "exp"))
+    monkeypatch.setenv("MXFP4_FIGURES", str(tmp_path / "fig"))
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    code = tmp_path / "src" / "k.py"
+    code.parent.mkdir()
+    code.write_text('"""doc"""\nX = 1\n')
+    nb = tmp_path / "notebooks" / "x.py"
+    nb.parent.mkdir()
+    nb.write_text("# %%\n1\n")
+    monkeypatch.setattr(notebooks, "notebook_dependencies", lambda source: [code])
+    monkeypatch.setattr(notebooks, "redraw_figures", lambda name, run_dir: [])
+    ran = []
+    monkeypatch.setattr(papermill, "execute_notebook", lambda src, out, **kw: (ran.append(1), shutil.copy(src, out)))
+    stamp = tmp_path / "stamps" / "x.done"
+    assert notebooks.run(nb, stamp=stamp) is not None and len(ran) == 1
+    code.write_text('"""doc"""\n# a comment\n\nX = 1  # still one\n')
+    assert notebooks.run(nb, stamp=stamp) is None and len(ran) == 1
+    for text in ('"""reworded doc"""\nX = 1\n', '"""reworded doc"""\nX = 2\n'):  # docstrings render: they count
+        code.write_text(text)
+        assert notebooks.run(nb, stamp=stamp) is not None
+    nb.write_text("# %% [markdown]\n# new words\n# %%\n1\n")
+    assert notebooks.run(nb, stamp=stamp) is not None and len(ran) == 4
+    assert notebooks.run(nb) is not None and len(ran) == 5  # by hand: always runs
+    shutil.rmtree(tmp_path / "exp")  # the stamped run is gone: it runs again
+    assert notebooks.run(nb, stamp=stamp) is not None and len(ran) == 6

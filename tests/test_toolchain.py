@@ -123,3 +123,32 @@ def test_source_digest_ignores_comments_and_docstrings_not_code(tmp_path):
     assert toolchain._code_bytes(f) != base
     f.write_text("def build(:\n")            # not Python: the raw bytes
     assert toolchain._code_bytes(f) == b"def build(:\n"
+
+
+def test_a_compile_key_covers_only_the_steps_it_switches_on(monkeypatch):
+    """An edit of GEMM step N changes the keys of the variants with step N on, never of those without it;
+    a step another switched-on step builds on (07_zero_first_k on 01_agpr_acc) stays covered."""
+    from mxfp4_ablation import variants
+
+    def hashed(name, shape=(4096, 4096, 4096)):
+        seen = []
+        real = toolchain._code_bytes
+
+        def spy(f):
+            seen.append(Path(f).name)
+            return real(f)
+
+        monkeypatch.setattr(toolchain, "_code_bytes", spy)
+        v = variants.get(name)
+        toolchain._source_digest(v.target, v.params(shape))
+        monkeypatch.setattr(toolchain, "_code_bytes", real)
+        return {s for s in seen if s[:2].isdigit()}
+
+    assert hashed("gemm-v0") == set()
+    assert hashed("gemm-v5") == {"01_agpr_acc.py", "02_serpentine.py", "03_g2s_m0.py", "04_scale_prefetch.py",
+                                 "05_b_carry.py"}
+    assert "01_agpr_acc.py" not in hashed("gemm-v9-no-agpr_acc")
+    assert hashed("moe2-v4", (16, 385, 7168, 512, 9, 16)) == set()
+    from mxfp4_ablation.kernels.gemm import steps
+
+    assert "01_agpr_acc" not in {f.stem for f in steps.unused_files(["zero_first_k"])}

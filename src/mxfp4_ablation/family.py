@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
@@ -140,7 +141,8 @@ class Switch:
     ``summary``: one sentence (what the switch does); ``claim``: the seed's claim in its own terms,
     numbers included; ``mechanism``: how our builder implements it; ``metric``: the ISA evidence in
     words (what to look at, and what ours shows); ``expects``: the checkable part of ``metric``;
-    ``requires``: switches that must be on too.
+    ``requires``: switches that must be on too. ``defined_in``: the source file that made the record
+    (set by the constructor from its caller; the notebooks cite it).
     """
 
     name: str
@@ -151,8 +153,11 @@ class Switch:
     metric: str
     expects: tuple[Expect, ...] = ()
     requires: tuple[str, ...] = ()
+    defined_in: str = field(default="", compare=False)
 
     def __post_init__(self):
+        if not self.defined_in:  # frame 1: the dataclass __init__; frame 2: whoever called Switch(...)
+            object.__setattr__(self, "defined_in", sys._getframe(2).f_globals.get("__file__") or "")
         if not self.name.isidentifier():
             raise ValueError(f"switch name {self.name!r} must be a Python identifier (it is a build keyword)")
         for name in ("summary", "claim", "mechanism", "metric"):

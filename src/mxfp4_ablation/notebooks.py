@@ -83,8 +83,9 @@ def _first(table, rel: str) -> tuple[str, ...]:
 
 
 def family_modules(rel: str) -> set[str]:
-    """The kernel modules a notebook at ``rel`` (repo-relative) runs: its shapes.toml group's families
-    for ``notebooks/<group>/*``, every family for the summary, else :data:`FAMILY_MODULES`."""
+    """The kernel modules a notebook at ``rel`` (repo-relative) runs: a step notebook's variant's family
+    (:func:`notebook_variant`), else its shapes.toml group's families for ``notebooks/<group>/*``, every
+    family for the summary, else :data:`FAMILY_MODULES`."""
     import tomllib
 
     from .family import FAMILIES
@@ -93,6 +94,11 @@ def family_modules(rel: str) -> set[str]:
     parts = rel.split("/")
     if rel == "notebooks/summary.py":
         return set(FAMILIES.values())
+    name = notebook_variant(paths.REPO_ROOT / rel) if len(parts) == 3 else None
+    if name is not None:
+        from . import variants
+
+        return {FAMILIES[variants.get(name).family]}
     if len(parts) == 3 and parts[1] in groups and "families" in groups[parts[1]]:
         return {FAMILIES[f] for f in groups[parts[1]]["families"]}
     return set(_first(FAMILY_MODULES, rel))
@@ -107,12 +113,43 @@ def study_modules(rel: str) -> set[str]:
     return {STUDIES[parts[1]]} if len(parts) == 3 and parts[1] in STUDIES else set()
 
 
+def notebook_variant(source: Path) -> str | None:
+    """The ``variant = "..."`` a step notebook's parameters set (None: not a step notebook)."""
+    for node in ast.parse(Path(source).read_text(), str(source)).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["variant"] \
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return node.value.value
+    return None
+
+
+def unused_sources(source: Path) -> set[Path]:
+    """Kernel files a step notebook never runs: those its variant and the variant's predecessor both
+    leave out (their kernel module's ``unused_sources``, as the compile cache key does: the GEMM's
+    switched-off steps), so an edit of step N reruns the notebooks of steps N, N+1, ... alone."""
+    import importlib
+
+    from . import variants
+
+    name = notebook_variant(source)
+    if name is None:
+        return set()
+    v = variants.get(name)
+    unused = getattr(importlib.import_module(v.target.partition(":")[0]), "unused_sources", None)
+    if unused is None:
+        return set()
+    names = [n for n in (v.name, v.predecessor) if n]
+    skip = [{Path(f).resolve() for f in unused({s: True for s in variants.get(n).switches})} for n in names]
+    return set.intersection(*skip)
+
+
 def notebook_dependencies(source: Path) -> list[Path]:
     """Everything a notebook's result depends on, besides the notebook itself and the environment."""
     source = Path(source).resolve()
     rel = source.relative_to(paths.REPO_ROOT).as_posix()
     modules = notebook_imports(source) | family_modules(rel) | study_modules(rel) | {"mxfp4_ablation.family"}
-    files = module_closure(modules)
+    files = module_closure(modules) - unused_sources(source)
+    if rel == "notebooks/summary.py":  # it reads the other notebooks' published tables
+        files |= {p.resolve() for p in notebook_sources() if p.resolve() != source}
     for item in _first(DATA, rel):
         path = paths.REPO_ROOT / item
         if path.is_dir():
@@ -224,7 +261,30 @@ def _lock(source: Path, name: str) -> Iterator[None]:
         yield
 
 
-def run(source: str | Path, parameters: dict | None = None, kernel_name: str = KERNEL_NAME) -> Path:
+def inputs_digest(source: Path, mode: str) -> str:
+    """What a run of ``source`` in ``mode`` is computed from: the notebook's text and its inputs
+    (:func:`notebook_dependencies`, code files by their syntax: :func:`.sources.digest`)."""
+    source = Path(source).resolve()
+    return f"{mode} " + sources.digest([source, *notebook_dependencies(source)], code=True)
+
+
+def _unchanged(stamp: Path | None, name: str, digest: str) -> bool:
+    """The stamp records ``digest`` and the run it stamped is still published."""
+    from . import results
+
+    try:
+        recorded = stamp.read_text().strip() if stamp is not None else ""
+    except OSError:
+        return False
+    return recorded == digest and results.latest_run(name) is not None
+
+
+def run(source: str | Path, parameters: dict | None = None, kernel_name: str = KERNEL_NAME,
+        stamp: str | Path | None = None) -> Path | None:
+    """Execute ``source`` into a new run folder (its path). ``stamp`` (``make reproduce`` passes its
+    stamp file): when it records the :func:`inputs_digest` this run would have -- an edit that changed
+    only comments or layout of the notebook's code inputs -- nothing runs (None); after a run the stamp
+    records it."""
     import jupytext
     import papermill
 
@@ -235,6 +295,11 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
         raise NotebookError(f"{source} is not a jupytext .py notebook")
     name = run_name(source)
     mode, reason = modes.detect()
+    digest = inputs_digest(source, mode) if stamp is not None and not parameters else None
+    if digest is not None and _unchanged(Path(stamp), name, digest):
+        print(f"[{name}] inputs changed in comments or layout only: not rerun ({results.latest_run(name).name})",
+              flush=True)
+        return None
     notebook = jupytext.read(source)
     from .tempdirs import owned_tempdir
 
@@ -266,6 +331,9 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
                 print(f"[{name}] FAILED; partly executed notebook: {failed / (name + '.ipynb')}", file=sys.stderr)
             raise
     redraw_figures(name, rd.final)
+    if digest is not None:
+        Path(stamp).parent.mkdir(parents=True, exist_ok=True)
+        results.atomic_write_text(Path(stamp), digest + "\n")
     print(f"[{name}] done -> {rd.final}", flush=True)
     return rd.final
 
@@ -320,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import UsageError
 
     try:
-        run(args.notebook, params)
+        run(args.notebook, params, stamp=os.environ.get("MXFP4_STAMP") or None)
     except (NotebookError, UsageError) as err:
         print(f"notebooks: {err}", file=sys.stderr)
         return 2

@@ -104,16 +104,25 @@ def tree_files(folder: Path) -> set[Path]:
             and not _IGNORED_PARTS & set(p.parts)}
 
 
-def digest(files: Iterable[Path]) -> str:
-    """sha256 over the files' repo-relative names and contents (order-independent)."""
+def digest(files: Iterable[Path], code: bool = False) -> str:
+    """sha256 over the files' repo-relative names and contents (order-independent). ``code``: each
+    ``src/`` Python file counts by its syntax tree (``ast.dump``), so editing a comment or the layout
+    keeps the digest and editing code or a docstring (the notebooks render some) does not; any other
+    file (a notebook's own text, whose markdown cells are comments; data) counts by its bytes."""
     h = hashlib.sha256()
     for file in sorted(Path(f) for f in files):
         try:
             name = file.resolve().relative_to(paths.REPO_ROOT).as_posix()
         except ValueError:
             name = file.name
+        data = file.read_bytes()
+        if code and file.suffix == ".py" and name.startswith("src/"):
+            try:
+                data = ast.dump(ast.parse(data)).encode()
+            except (SyntaxError, ValueError):
+                pass
         h.update(name.encode() + b"\0")
-        h.update(hashlib.sha256(file.read_bytes()).digest())
+        h.update(hashlib.sha256(data).digest())
     return h.hexdigest()
 
 

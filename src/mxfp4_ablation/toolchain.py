@@ -10,8 +10,9 @@ writes the final ISA (``.s``). This module
   ``(jit_launcher, args)`` -- in a worker process (FlyDSL's console noise and env stay there), and
 * caches the resulting :class:`Artifact` on disk under a key of the content of every source file the
   compile runs (the target's import closure with package data, every kernel module, this recipe and
-  its worker: :func:`_source_digest`), the parameters, FlyDSL version and arch, so an unchanged
-  kernel is never compiled twice and a changed one never served stale. A corrupt entry is a miss.
+  its worker, less the files its parameters switch off: :func:`_source_digest`), the parameters,
+  FlyDSL version and arch, so an unchanged kernel is never compiled twice and a changed one never
+  served stale. A corrupt entry is a miss.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
@@ -248,12 +250,14 @@ def _code_bytes(file: Path) -> bytes:
     return ast.dump(tree, include_attributes=False).encode()
 
 
-def _source_digest(target: str) -> str:
-    """Digest of every file the compile of ``target`` runs: the target's module and every module of ours
-    it imports (transitively, with their packages' data files), every kernel module (shared helpers
-    reached by name), and this compile recipe with its worker (:data:`COMPILE_MODULES`). Python files
-    count by their code (:func:`_code_bytes`: a comment or docstring edit keeps the cache), data files
-    by their bytes."""
+def _source_digest(target: str, params: dict | None = None) -> str:
+    """Digest of every file the compile of ``target`` with ``params`` runs: the target's module and
+    every module of ours it imports (transitively, with their packages' data files), every kernel module
+    (shared helpers reached by name), and this compile recipe with its worker (:data:`COMPILE_MODULES`),
+    less the files a kernel module says the compile does not run (its ``unused_sources(params)``, if it
+    has one: the GEMM's switched-off steps; for any other target, all of them). Python files count by
+    their code (:func:`_code_bytes`: a comment or docstring edit keeps the cache), data files by their
+    bytes."""
     from . import sources
 
     _module_file(target)  # a clear error for a malformed or unknown target
@@ -261,8 +265,13 @@ def _source_digest(target: str) -> str:
     kernels = paths.REPO_ROOT / "src" / "mxfp4_ablation" / "kernels"
     named = {f"mxfp4_ablation.kernels.{p.stem}" for p in kernels.iterdir()
              if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    skip = set()
+    for name in {module, *named}:  # the target with its parameters; another kernel with nothing switched on
+        unused = getattr(importlib.import_module(name), "unused_sources", None)
+        if unused is not None:
+            skip |= {Path(f).resolve() for f in unused(dict(params or {}) if name == module else {})}
     digest = hashlib.sha256()
-    for file in sorted(sources.module_closure({module, *COMPILE_MODULES, *named})):
+    for file in sorted(f for f in sources.module_closure({module, *COMPILE_MODULES, *named}) if f.resolve() not in skip):
         try:
             name = file.resolve().relative_to(sources.SRC).as_posix()
         except ValueError:
@@ -289,7 +298,7 @@ def cache_key(target: str, params: dict[str, Any], arch: str = DEFAULT_ARCH) -> 
             "params": params,
             "arch": arch,
             "flydsl": flydsl_version(),
-            "source": _source_digest(target),
+            "source": _source_digest(target, params),
         },
         sort_keys=True,
         default=str,

@@ -229,12 +229,12 @@ class Study:
                  f"compared against **{baseline or 'nothing (the baseline)'}**."]
         if switch is None:
             return "\n".join(lines + ["", self.spec.baseline_text])
-        parts = switch_parts(self.switch_record(v.family, switch))
+        record = self.switch_record(v.family, switch)
+        parts = switch_parts(record)
         verb = "adds" if v.kind == "ladder" else "removes"
         lines += ["", f"This step {verb} `{switch}`: {parts['summary']}", ""]
         lines += [f"* {parts[k]}" for k in ("seed", "mechanism", "metric") if k in parts]
-        module = _kernel_module(v.family).rsplit(".", 1)[-1]
-        lines += ["", f"*(Quoted from the `{switch}` docstring in `src/mxfp4_ablation/kernels/{module}.py`, which "
+        lines += ["", f"*(Quoted from the `{switch}` switch record in `{_repo_path(record.defined_in)}`, which "
                   f"cites {self.spec.seed}.)*"]
         per = {r: self.expected(v.family, switch, r) for r in self.regime_names}
         if any(per.values()):
@@ -574,3 +574,11 @@ def _kernel_module(family: str) -> str:
     from .. import variants
 
     return variants.KERNEL_MODULES[family]
+
+
+def _repo_path(file: str) -> str:
+    """``file`` relative to the checkout (as the notebooks cite it); as given when outside it."""
+    try:
+        return Path(file).resolve().relative_to(paths.REPO_ROOT).as_posix()
+    except ValueError:
+        return file

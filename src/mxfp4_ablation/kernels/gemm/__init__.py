@@ -155,6 +155,13 @@ def build(M: int, N: int, K: int, **switches):
     return kernel.build(slots_for(_fam().switch_kwargs(switches)), M, N, K)
 
 
+def unused_sources(params: dict) -> set:
+    """The files of this package a compile with ``params`` does not run: the steps that are off
+    (:func:`.steps.unused_files`). The compile cache key and the notebooks' make rules leave them out, so
+    an edit of one step recompiles and reruns only what has it on."""
+    return steps.unused_files(name for name in SWITCHES if params.get(name))
+
+
 def make_inputs(M: int, N: int, K: int, seed: int = 0, lazy: bool = False) -> dict:
     """Random MXFP4 GEMM inputs in the kernel's layouts (keys = ARG_NAMES), plus the
     unshuffled ``A_q, B_q, A_s, B_s`` for references.  Uses ``mxfp4_ablation.reference``
