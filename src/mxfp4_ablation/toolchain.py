@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -250,6 +251,13 @@ def _code_bytes(file: Path) -> bytes:
     return ast.dump(tree, include_attributes=False).encode()
 
 
+@functools.lru_cache(maxsize=4096)
+def _file_sha(file: Path, mtime_ns: int, size: int) -> bytes:
+    """sha256 of a file as the compile key counts it (once per process and file version: a key
+    parses some 35 modules)."""
+    return hashlib.sha256(_code_bytes(file) if file.suffix == ".py" else file.read_bytes()).digest()
+
+
 def _source_digest(target: str, params: dict | None = None) -> str:
     """Digest of every file the compile of ``target`` with ``params`` runs: the target's module and
     every module of ours it imports (transitively, with their packages' data files), every kernel module
@@ -276,8 +284,9 @@ def _source_digest(target: str, params: dict | None = None) -> str:
             name = file.resolve().relative_to(sources.SRC).as_posix()
         except ValueError:
             name = file.name
+        st = file.stat()
         digest.update(name.encode() + b"\0")
-        digest.update(hashlib.sha256(_code_bytes(file) if file.suffix == ".py" else file.read_bytes()).digest())
+        digest.update(_file_sha(file, st.st_mtime_ns, st.st_size))
     return digest.hexdigest()
 
 
