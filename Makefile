@@ -240,3 +240,9 @@ BENCH_ARGS ?= --label profile
 .PHONY: bench-pipeline
 bench-pipeline: $(SETUP_STAMP) ## profile a few notebooks by phase into experiments/bench-pipeline/ (measured)
 	$(PY) -m mxfp4_ablation.bench_pipeline $(BENCH_ARGS)
+
+# `make reproduce` from a fresh clone of HEAD (setup included), again, then after a comment and after a
+# code edit of one step (a benchmark, measured; src/mxfp4_ablation/bench_reproduce.py). About half an hour.
+.PHONY: bench-reproduce
+bench-reproduce: $(SETUP_STAMP) ## time make reproduce from a fresh clone, then a one-step edit (measured)
+	$(PY) -m mxfp4_ablation.bench_reproduce $(BENCH_REPRODUCE_ARGS)

@@ -42,3 +42,18 @@ def test_write_labels_every_number_measured(tmp_path):
 def test_bad_notebook_is_one_clear_error(capsys):
     assert B.main(["notebooks/nope.py"]) == 2
     assert "no notebook" in capsys.readouterr().err
+
+
+def test_bench_reproduce_counts_and_writes(tmp_path):
+    from mxfp4_ablation import bench_reproduce as B
+
+    log = "[gemm--05_b_carry] done -> /x\n[gemm--06_k_unroll4] inputs changed in comments or layout only: not rerun (r)\n" \
+          "[summary] done -> /y\n"
+    assert B._counts(log) == (2, 1)
+    rows = [{"step": "cold", "what": "w", "wall_s": 1.0, "user_s": 2.0, "sys_s": 0.5, "max_rss_mb": 10,
+             "notebooks_run": 23, "notebooks_skipped": 0, "rc": 0}]
+    meta = {"date": "d", "machine": "m", "commit": "c", "command": "cmd", "load_before": "0", "load_after": "0"}
+    B.write(rows, tmp_path, "x", meta)
+    assert (tmp_path / "x.csv").read_text().splitlines()[1].startswith("cold,w,1.0,2.0,0.5,10,23,0,0")
+    assert "| cold | w | 1.0 |" in (tmp_path / "x.md").read_text()
+    assert B.main(["--keep", str(tmp_path)]) == 2  # an existing folder: one clear refusal, nothing run

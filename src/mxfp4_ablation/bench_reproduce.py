@@ -1,0 +1,141 @@
+"""``make reproduce`` from a fresh clone, and what a one-step edit costs (a benchmark, not a test).
+
+    python -m mxfp4_ablation.bench_reproduce [--label reproduce] [--out experiments/bench-pipeline]
+        [--keep FOLDER] [--step gemm/05_b_carry]
+
+In a scratch folder (or ``--keep FOLDER``, left in place) it clones this checkout's committed HEAD (local
+changes are not in the clone; the table says so), then measures, one after another:
+
+1. ``make reproduce`` with an empty ``MXFP4_CACHE`` and no venv -- setup (venv, pip from the pip cache
+   this machine has, the Jupyter kernel) included;
+2. ``make reproduce`` again, nothing changed;
+3. a comment added to one step's kernel file (``--step``: the GEMM step ``05_b_carry``), then
+   ``make reproduce``;
+4. a code edit of that file that keeps its ISA (one more module constant), then ``make reproduce``:
+   what changing a switch's implementation costs the pipeline beyond the compiles themselves.
+
+Each row: wall time, user + sys CPU time of make and everything under it, the peak RSS of its largest
+process (``getrusage`` of the children), the notebooks run and those skipped (inputs changed only in
+comments), and make's exit code. Every number is **measured** on this machine; the load average before
+and after is recorded (on a shared machine wall time includes waiting for the CPU). Output:
+``<out>/<label>.csv`` and ``<out>/<label>.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import paths
+from .bench_pipeline import machine_line
+
+COLUMNS = ["step", "what", "wall_s", "user_s", "sys_s", "max_rss_mb", "notebooks_run", "notebooks_skipped", "rc"]
+
+
+def _make_reproduce(clone: Path, env: dict, log: Path) -> dict:
+    """One ``make reproduce`` in ``clone``: measured, its output appended to ``log``."""
+    t0 = time.perf_counter()
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(["make", "--no-print-directory", "reproduce"], cwd=clone, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+        _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    return {"wall_s": round(wall, 1), "user_s": round(ru.ru_utime, 1), "sys_s": round(ru.ru_stime, 1),
+            "max_rss_mb": round(ru.ru_maxrss / 1024), "rc": os.waitstatus_to_exitcode(status)}
+
+
+def _counts(text: str) -> tuple[int, int]:
+    """Notebooks run (``[name] done ->``) and skipped (``not rerun``) in a stretch of make's output."""
+    return len(re.findall(r"^\[[^\]]+\] done -> ", text, re.M)), len(re.findall(r"^\[[^\]]+\] .*not rerun", text, re.M))
+
+
+def run(clone: Path, step: str) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "VIRTUAL_ENV",
+                                                             "PYTHONPATH", "MXFP4_EXPERIMENTS", "MXFP4_FIGURES")}
+    env["MXFP4_CACHE"] = str(clone / ".cache")
+    subprocess.run(["git", "clone", "--quiet", str(paths.REPO_ROOT), str(clone)], check=True)
+    log = clone.parent / f"{clone.name}.log"
+    step_file = clone / "src" / "mxfp4_ablation" / "kernels" / "gemm" / "steps" / f"{Path(step).name}.py"
+    if not step_file.is_file():
+        raise SystemExit(f"bench_reproduce: no step file {step_file.relative_to(clone)}")
+    edits = [
+        ("cold", "make reproduce, fresh clone, empty caches, setup included", None),
+        ("again", "make reproduce again, nothing changed", None),
+        ("comment", f"a comment added to {step_file.relative_to(clone)}, then make reproduce",
+         "\n# bench_reproduce: a comment\n"),
+        ("code", f"a code edit of {step_file.relative_to(clone)} that keeps its ISA (a module constant), "
+                 "then make reproduce", "\n_BENCH_REPRODUCE_EDIT = 1\n"),
+    ]
+    rows = []
+    for key, what, append in edits:
+        if append is not None:
+            with open(step_file, "a") as f:
+                f.write(append)
+        start = log.stat().st_size if log.exists() else 0
+        m = _make_reproduce(clone, env, log)
+        text = log.read_bytes()[start:].decode(errors="replace")
+        ran, skipped = _counts(text)
+        rows.append({"step": key, "what": what, **m, "notebooks_run": ran, "notebooks_skipped": skipped})
+        print(f"bench_reproduce: {key}: {m['wall_s']} s wall, {m['user_s']} + {m['sys_s']} s CPU, "
+              f"{ran} notebooks run, {skipped} skipped, rc {m['rc']}", flush=True)
+        if m["rc"]:
+            print(text[-3000:], file=sys.stderr)
+            break
+    return rows
+
+
+def write(rows: list[dict], out: Path, label: str, meta: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{label}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    lines = [f"# `make reproduce` from a fresh clone, and a one-step edit (`{label}`, measured)", "",
+             f"Measured {meta['date']} on {meta['machine']}; clone of {meta['commit']}; command: "
+             f"`{meta['command']}`. Load average before / after: {meta['load_before']} / {meta['load_after']}. "
+             "Wall time, user + sys CPU of make and everything under it, peak RSS of the largest process.", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |" for r in rows]
+    (out / f"{label}.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mxfp4_ablation.bench_reproduce", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--label", default="reproduce", help="name of the output files")
+    ap.add_argument("--out", default="experiments/bench-pipeline", help="where the CSV and markdown go")
+    ap.add_argument("--keep", help="clone into this (new) folder and leave it there")
+    ap.add_argument("--step", default="gemm/05_b_carry", help="the GEMM step whose kernel file the edits change")
+    ns = ap.parse_args(argv)
+    if ns.keep and Path(ns.keep).exists():
+        print(f"bench_reproduce: --keep {ns.keep} exists; give a new folder", file=sys.stderr)
+        return 2
+    git = lambda *a: subprocess.run(["git", *a], cwd=paths.REPO_ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine_line(),
+            "commit": git("rev-parse", "--short", "HEAD") + (" (the checkout has local changes: not in the clone)"
+                                                              if dirty else ""),
+            "load_before": "%.2f %.2f %.2f" % os.getloadavg(),
+            "command": "python -m mxfp4_ablation.bench_reproduce " + " ".join(argv if argv is not None else sys.argv[1:])}
+    scratch = Path(tempfile.mkdtemp(prefix="bench-reproduce-")) if not ns.keep else None
+    clone = Path(ns.keep).resolve() if ns.keep else scratch / "clone"
+    try:
+        rows = run(clone, ns.step)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    meta["load_after"] = "%.2f %.2f %.2f" % os.getloadavg()
+    write(rows, Path(ns.out), ns.label, meta)
+    print(f"bench_reproduce: wrote {Path(ns.out) / (ns.label + '.md')}")
+    return 0 if rows and all(r["rc"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
