@@ -16,7 +16,6 @@ writes the final ISA (``.s``). This module
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -26,11 +25,10 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import paths
+from . import diskcache, paths
 
 #: Bumped when the artifact format or the compile recipe changes (invalidates the cache).
 TOOLCHAIN_VERSION = 1
@@ -316,19 +314,7 @@ def _load_cached(key: str) -> Artifact | None:
 
 
 def _store(artifact: Artifact) -> None:
-    path = _cache_path(artifact.key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(artifact.to_json(), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    diskcache.atomic_write_text(_cache_path(artifact.key), json.dumps(artifact.to_json()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,18 +332,23 @@ def compile(  # noqa: A001 - the natural name for this module's verb
 def compile_many(
     requests: Iterable[tuple[str, dict[str, Any]]], *, arch: str = DEFAULT_ARCH, use_cache: bool = True
 ) -> list[Artifact]:
-    """Compile several targets; the cache misses share one worker process (FlyDSL imports once).
-    ``use_cache=False`` neither reads nor writes the cache."""
+    """Compile several targets; the cache misses share one worker process (FlyDSL imports once), and a
+    miss another process is compiling at the same time is waited for, not compiled twice
+    (:func:`diskcache.load_or_compute`). ``use_cache=False`` neither reads nor writes the cache."""
     requests = [(t, dict(p)) for t, p in requests]
     keys = [cache_key(t, p, arch) for t, p in requests]
-    results: list[Artifact | None] = [(_load_cached(k) if use_cache else None) for k in keys]
-    todo = [i for i, r in enumerate(results) if r is None]
-    if todo:
-        for i, artifact in zip(todo, _run_worker([(requests[i], keys[i]) for i in todo], arch)):
-            if use_cache:
-                _store(artifact)
-            results[i] = artifact
-    return results  # type: ignore[return-value]
+    if not use_cache:
+        return _run_worker(list(zip(requests, keys)), arch) if requests else []
+
+    def compile_and_store(todo: list[int]) -> list[Artifact]:
+        artifacts = _run_worker([(requests[i], keys[i]) for i in todo], arch)
+        for artifact in artifacts:
+            _store(artifact)
+        return artifacts
+
+    found = diskcache.load_or_compute([_cache_path(k) for k in keys], lambda i: _load_cached(keys[i]),
+                                      compile_and_store)
+    return [artifact for artifact, _ in found]
 
 
 def _run_worker(jobs: list[tuple[tuple[str, dict[str, Any]], str]], arch: str) -> list[Artifact]:
