@@ -77,6 +77,27 @@ def test_two_processes_missing_one_key_compute_it_once(tmp_path):
     assert not diskcache.lock_path(entry).exists()  # the holder removes its lock file
 
 
+def test_two_threads_missing_one_key_compute_it_once(tmp_path):
+    """A Dask worker's threads, or a notebook's: each open of the lock file is its own flock."""
+    import threading
+
+    entry, counter = tmp_path / "cache" / "k.json", tmp_path / "counter"
+    load, compute = _entry_calls(entry, counter)
+    barrier, got = threading.Barrier(2), []
+
+    def call():
+        barrier.wait()
+        got.append(diskcache.load_or_compute_one(entry, load, compute))
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(counter.read_text().splitlines()) == 1
+    assert sorted(cached for _, cached in got) == [False, True] and got[0][0] == got[1][0]
+
+
 def test_a_batch_computes_only_what_nobody_else_is_computing(tmp_path):
     """Two overlapping batches (a compile worker each): every key is computed once, by one of them."""
     entries = [tmp_path / "cache" / f"{n}.json" for n in range(4)]

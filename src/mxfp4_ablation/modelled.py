@@ -6,8 +6,9 @@ flop count is the kernel module's ``flops(**shape)``, never counted from the ISA
 cached on disk like compiles (``paths.cache_dir()/timing``), keyed by the ISA's hash, the shape,
 the sample, the code that builds the arguments (:func:`inputs_digest`) and the model -- its version,
 parameter values and the digest of every file of ``gfx950emu`` (:func:`model_fingerprint`); a
-corrupt entry is recomputed and ``use_cache=False`` neither reads nor writes -- so ``make reproduce`` pays one timing run per
-(variant, shape).
+corrupt entry is recomputed, a miss another process is simulating is waited for under a per-key lock
+(:func:`diskcache.load_or_compute_one`) and ``use_cache=False`` neither reads nor writes -- so ``make reproduce`` pays one
+timing run per (variant, shape).
 
 Inputs are built for the sample, not the grid (issue #24): ``make_inputs(..., lazy=True)`` gives the big
 buffers as ``meta`` tensors (with a ``fill`` for those whose bytes matter: the MoE's experts' weights)

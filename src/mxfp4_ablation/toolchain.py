@@ -11,7 +11,9 @@ writes the final ISA (``.s``). This module
 * caches the resulting :class:`Artifact` on disk under a key of the content of every source file the
   compile runs (the target's import closure with package data, every kernel module, this recipe and
   its worker: :func:`_source_digest`), the parameters, FlyDSL version and arch, so an unchanged
-  kernel is never compiled twice and a changed one never served stale. A corrupt entry is a miss.
+  kernel is never compiled twice and a changed one never served stale. A corrupt entry is a miss; a
+  miss another process is compiling is waited for under a per-key lock, not compiled again
+  (:func:`diskcache.load_or_compute`).
 """
 
 from __future__ import annotations
