@@ -7,8 +7,8 @@ cached on disk like compiles (``paths.cache_dir()/timing``), keyed by the ISA's 
 the sample, the code that builds the arguments (:func:`inputs_digest`) and the model -- its version,
 parameter values and the digest of every file of ``gfx950emu`` (:func:`model_fingerprint`); a
 corrupt entry is recomputed, a miss another process is simulating is waited for under a per-key lock
-(:func:`diskcache.load_or_compute_one`) and ``use_cache=False`` neither reads nor writes -- so ``make reproduce`` pays one
-timing run per (variant, shape).
+(:func:`diskcache.load_or_compute_one`) and ``use_cache=False`` neither reads nor writes -- so ``make reproduce``
+pays one timing run per (variant, shape).
 
 Inputs are built for the sample, not the grid (issue #24): ``make_inputs(..., lazy=True)`` gives the big
 buffers as ``meta`` tensors (with a ``fill`` for those whose bytes matter: the MoE's experts' weights)
@@ -248,8 +248,8 @@ def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=N
         return out
 
     if use_cache and not trace:  # a miss another process is simulating is waited for, not run twice
-        out, cached = diskcache.load_or_compute_one(_cache_file(key), lambda: _reapply_power(_cache_load(key), overrides),
-                                                    simulate)
+        out, cached = diskcache.load_or_compute_one(
+            _cache_file(key), lambda: _reapply_power(_cache_load(key), overrides), simulate)
         out["cached"] = cached
     else:
         out = simulate()
