@@ -139,7 +139,7 @@ def test_a_compile_key_covers_only_the_steps_it_switches_on(monkeypatch):
             return real(f)
 
         monkeypatch.setattr(toolchain, "_code_bytes", spy)
-        toolchain._file_sha.cache_clear()
+        toolchain._file_digest.cache_clear()
         v = variants.get(name)
         toolchain._source_digest(v.target, v.params(shape))
         monkeypatch.setattr(toolchain, "_code_bytes", real)

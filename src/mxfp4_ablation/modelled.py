@@ -6,8 +6,9 @@ flop count is the kernel module's ``flops(**shape)``, never counted from the ISA
 cached on disk like compiles (``paths.cache_dir()/timing``), keyed by the ISA's hash, the shape,
 the sample, the code that builds the arguments (:func:`inputs_digest`) and the model -- its version,
 parameter values and the digest of every file of ``gfx950emu`` (:func:`model_fingerprint`); a
-corrupt entry is recomputed and ``use_cache=False`` neither reads nor writes -- so ``make reproduce`` pays one timing run per
-(variant, shape).
+corrupt entry is recomputed, a miss another process is simulating is waited for under a per-key lock
+(:func:`diskcache.load_or_compute_one`) and ``use_cache=False`` neither reads nor writes -- so ``make reproduce``
+pays one timing run per (variant, shape).
 
 Inputs are built for the sample, not the grid (issue #24): ``make_inputs(..., lazy=True)`` gives the big
 buffers as ``meta`` tensors (with a ``fill`` for those whose bytes matter: the MoE's experts' weights)
@@ -28,17 +29,15 @@ caller-built arguments, and :func:`flydsl_upstream` for the ready-made upstream 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import inspect
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import paths
+from . import diskcache, paths
 from .errors import UsageError
 
 LABEL = "modelled"
@@ -115,19 +114,7 @@ def cache_load(key: str, kind: str = "timing", expect: type = dict) -> Any:
 
 def cache_store(key: str, data: Any, kind: str = "timing") -> None:
     """Write a cache entry atomically (a reader sees the old entry, the new one or none)."""
-    path = _entry(key, kind)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, default=str)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    diskcache.atomic_write_text(_entry(key, kind), json.dumps(data, default=str))
 
 
 def _cache_load(key: str) -> dict | None:
@@ -243,24 +230,29 @@ def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=N
                                      sample, fp, key_extra, kernel]
                                     + ([sorted(overrides.items())] if overrides else []),
                                     default=str).encode()).hexdigest()
-    if use_cache and not trace:
-        hit = _reapply_power(_cache_load(key), overrides)
-        if hit is not None:
-            hit["cached"] = True
-            return hit if full else {k: v for k, v in hit.items() if k != "by_instruction"}
-    prog = gfx950emu.load(isa, kernel=kernel)
-    res = gfx950emu.launch(prog, grid, block, make_args(), timing=True, flops=flops, timing_sample=sample,
-                           timing_trace=bool(trace), timing_params=overrides)
-    t = res.timing
-    if trace:
-        from gfx950emu.timing import trace as _trace
 
-        _trace.write(trace, t, prog)
-    out = {k: t[k] for k in _KEEP if k in t}
-    out.update(label=LABEL, model_fingerprint=fp, overrides=dict(overrides or {}), kernel_name=prog.name, emulator_seconds=round(res.seconds, 2),
-               by_instruction=t["by_instruction"], cached=False)
-    if use_cache:  # --no-cache neither reads nor writes
-        _cache_store(key, out)
+    def simulate() -> dict:
+        prog = gfx950emu.load(isa, kernel=kernel)
+        res = gfx950emu.launch(prog, grid, block, make_args(), timing=True, flops=flops, timing_sample=sample,
+                               timing_trace=bool(trace), timing_params=overrides)
+        t = res.timing
+        if trace:
+            from gfx950emu.timing import trace as _trace
+
+            _trace.write(trace, t, prog)
+        out = {k: t[k] for k in _KEEP if k in t}
+        out.update(label=LABEL, model_fingerprint=fp, overrides=dict(overrides or {}), kernel_name=prog.name,
+                   emulator_seconds=round(res.seconds, 2), by_instruction=t["by_instruction"], cached=False)
+        if use_cache:  # --no-cache neither reads nor writes
+            _cache_store(key, out)
+        return out
+
+    if use_cache and not trace:  # a miss another process is simulating is waited for, not run twice
+        out, cached = diskcache.load_or_compute_one(
+            _cache_file(key), lambda: _reapply_power(_cache_load(key), overrides), simulate)
+        out["cached"] = cached
+    else:
+        out = simulate()
     return out if full else {k: v for k, v in out.items() if k != "by_instruction"}
 
 

@@ -1,7 +1,8 @@
 """Result files: never half-written, never overwriting an earlier run.
 
-* :func:`atomic_write_bytes` / :func:`atomic_write_text`: write a temp file beside the target, fsync,
-  then ``os.replace`` -- readers see the old file or the new one, never a torn one.
+* :func:`atomic_write_bytes` / :func:`atomic_write_text` (:mod:`.diskcache`'s, which the caches share):
+  write a temp file beside the target, fsync, then ``os.replace`` -- readers see the old file or the
+  new one, never a torn one.
 * :func:`write_table`: a long-format parquet plus a ``.json`` provenance sidecar; every row also
   carries the provenance columns (:data:`provenance.ROW_FIELDS`) and the harness settings as JSON.
 * :func:`run_dir`: a context manager yielding ``experiments/<run-id>.partial/``; on success it is
@@ -27,34 +28,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import paths
+from .diskcache import atomic_write_bytes, atomic_write_text  # noqa: F401 - re-exported
 from .provenance import git_state, row_columns, utc_now
 from .tempdirs import OWNER, _hold, clean_stale, owned_tempdir  # noqa: F401 - re-exported
-
-
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are for everyone to read
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> Path:

@@ -23,11 +23,14 @@ import inspect
 import json
 import math
 import os
+import shutil
+import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
-from . import family, modes, paths, reference, toolchain, variants
+from . import diskcache, family, modes, paths, reference, toolchain, variants
 from .errors import UsageError
 
 #: The gate's cosine for outputs that declare no ``min_cosine`` of their own, and the historical
@@ -207,57 +210,62 @@ def _emulate(program, isa: str, grid, block, args: list, opts: dict) -> tuple[di
     """``gfx950emu.launch`` through a content-keyed cache (issue #24): a run whose ISA, arguments, options
     and emulator code are byte-identical to a stored one is not executed again -- the stored outputs (the
     bytes of every buffer the kernel changed) are written into the arguments and the stored hazard
-    reports returned.  ``MXFP4_EMULATE_CACHE=0`` turns it off.  Returns ``(summary, cached)``."""
+    reports returned; a run another process is doing at the same time is waited for, not done twice
+    (:func:`diskcache.load_or_compute_one`).  ``MXFP4_EMULATE_CACHE=0`` turns it off.  Returns
+    ``(summary, cached)``."""
     import gfx950emu
     import numpy as np
 
-    use = os.environ.get("MXFP4_EMULATE_CACHE", "1") != "0"
-    key = _emulation_key(isa, grid, block, args, opts) if use else None
     views = _arg_views(args)
-    if key:
-        folder = _emulation_cache(key)
+
+    def run() -> dict:
+        start = time.perf_counter()
+        out = gfx950emu.launch(program, grid=grid, block=block, args=args, **opts)
+        seconds = round(time.perf_counter() - start, 3)
+        ordering = [h for h in out.hazards if h.kind != "wait_states"]
+        waits = [h for h in out.hazards if h.kind == "wait_states"]
+        return {"seconds": seconds, "hazards": len(ordering), "hazard_reports": [str(h) for h in ordering[:5]],
+                "wait_state_hazards": len(waits), "wait_state_reports": [str(h) for h in waits[:5]],
+                "out_of_range": out.stats.out_of_range}
+
+    if os.environ.get("MXFP4_EMULATE_CACHE", "1") == "0":
+        return run(), False
+    folder = _emulation_cache(_emulation_key(isa, grid, block, args, opts))
+
+    def load() -> dict | None:
         try:
             summary = json.loads((folder / "summary.json").read_text())
             with np.load(folder / "outputs.npz") as data:
                 stored = {int(name[1:]): data[name] for name in data.files}
-            for k, view in views:
-                if k in stored:
-                    if stored[k].size != view.size:
-                        raise ValueError("stored output of another size")
-                    view[:] = stored[k]
+            if any(k in stored and stored[k].size != view.size for k, view in views):
+                raise ValueError("stored output of another size")
             oob: dict = {}
             for opcode, line, n in summary["out_of_range"]:
                 oob.setdefault(opcode, {})[line] = n
-            summary["out_of_range"] = oob
-            return summary, True
-        except (OSError, ValueError, KeyError):
-            pass
-    before = {k: view.copy() for k, view in views} if key else {}
-    start = time.perf_counter()
-    run = gfx950emu.launch(program, grid=grid, block=block, args=args, **opts)
-    seconds = round(time.perf_counter() - start, 3)
-    ordering = [h for h in run.hazards if h.kind != "wait_states"]
-    waits = [h for h in run.hazards if h.kind == "wait_states"]
-    summary = {"seconds": seconds, "hazards": len(ordering), "hazard_reports": [str(h) for h in ordering[:5]],
-               "wait_state_hazards": len(waits), "wait_state_reports": [str(h) for h in waits[:5]],
-               "out_of_range": run.stats.out_of_range}
-    if key:
-        import tempfile
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
+            return None  # missing, partial or corrupt: a miss
+        for k, view in views:
+            if k in stored:
+                view[:] = stored[k]
+        return {**summary, "out_of_range": oob}
 
+    def run_and_store() -> dict:
+        before = {k: view.copy() for k, view in views}
+        summary = run()
         changed = {f"a{k}": view.copy() for k, view in views if not np.array_equal(view, before[k])}
-        folder = _emulation_cache(key)
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".tmp-"))
         np.savez(tmp / "outputs.npz", **changed)
         oob = [[op, line, n] for op, per in summary["out_of_range"].items() for line, n in per.items()]
         (tmp / "summary.json").write_text(json.dumps({**summary, "out_of_range": oob}, default=str))
+        shutil.rmtree(folder, ignore_errors=True)  # a corrupt entry (we hold its lock: nobody else writes it)
         try:
             os.replace(tmp, folder)
-        except OSError:      # another process stored the same run first
-            import shutil
-
+        except OSError:  # stored meanwhile by a process that takes no lock (an older checkout on this cache)
             shutil.rmtree(tmp, ignore_errors=True)
-    return summary, False
+        return summary
+
+    return diskcache.load_or_compute_one(folder, load, run_and_store)
 
 
 def _run_emulator(variant, module, params, shape_kw, inputs, opts) -> dict[str, Any]:
