@@ -254,8 +254,9 @@ def bf16_bits_from_f32(bits) -> np.ndarray:
     NaN stays NaN (quiet bit forced, sign kept); overflow rounds to infinity as
     IEEE rounding does.  This is the rounding of ``v_cvt_pk_bf16_f32``.
     """
-    b = np.asarray(bits, dtype=np.uint32).astype(np.uint64)
-    rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+    b = np.asarray(bits, dtype=np.uint32)
+    # in uint32: b + 0x8000 wraps only for NaN patterns (> 0xFF800000), which the where() replaces
+    rounded = (b + (0x7FFF + ((b >> 16) & 1))) >> 16
     is_nan = ((b & 0x7F800000) == 0x7F800000) & ((b & 0x007FFFFF) != 0)
     out = np.where(is_nan, (b >> 16) | 0x0040, rounded)
     return (out & 0xFFFF).astype(np.uint16)
