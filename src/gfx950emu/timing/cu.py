@@ -320,16 +320,17 @@ class CU:
                 need, reason = e, "lgkmcnt"
         else:
             if tw.mready:
+                # the ready cycles (all >= 0) of the registers read that an MFMA writes
                 mr = tw.mready
                 if kind == "mfma":
-                    e = max((mr.get(r, 0) for r in st.ab), default=0)
-                    if tw.mready_c:
-                        for r in st.c:
-                            c = tw.mready_c.get(r)
-                            if c is not None:
-                                e = max(e, c[1] if st.c == c[2] else c[0])
+                    e = max([mr[r] for r in mr.keys() & st.ab], default=0)
+                    mc = tw.mready_c
+                    if mc:
+                        for r in mc.keys() & st.c:
+                            c = mc[r]
+                            e = max(e, c[1] if st.c == c[2] else c[0])
                 else:
-                    e = max((mr.get(r, 0) for r in st.vreads), default=0)
+                    e = max([mr[r] for r in mr.keys() & st.vreads], default=0)
                 if e > need:
                     need, reason = e, "dependency"
             if kind == "mfma":
