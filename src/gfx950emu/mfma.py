@@ -298,8 +298,8 @@ class _Plan:
     # lane element j of lane l is A[l % M][k of slot j] (_k_of_slot), B[k of slot j][l % N]
     a_order: np.ndarray  # [M*K]
     b_order: np.ndarray  # [K*N]
-    # 4-bit operands: the byte (flat lane * P / 2 + j / 2) of each pair of K neighbours A[i][2q], A[i][2q+1]
-    # (B[2q][n], B[2q+1][n]: B^T row-major), or None where the two are not one byte's low and high nibble
+    # 4-bit operands: the byte (flat lane * P / 2 + j / 2) holding each pair of K neighbours A[i][2q],
+    # A[i][2q+1] (B[2q][n], B[2q+1][n]: B^T row-major) as its low and high nibble; None for other widths
     a_pairs: np.ndarray | None
     b_pairs: np.ndarray | None
     d_flat: np.ndarray  # [64, R] flat index (row * N + col) of D in each accumulator register
@@ -332,12 +332,12 @@ def _plan(sp: MfmaSpec, fa: str, fb: str) -> _Plan:
     )
 
 
-def _nibble_pairs(order: np.ndarray) -> np.ndarray | None:
-    """Byte index of every (even, odd) pair of matrix entries when the pair is one byte's (low, high)
-    nibbles (lane element 2b and 2b + 1), else None."""
+def _nibble_pairs(order: np.ndarray) -> np.ndarray:
+    """Byte index of every (even, odd) pair of matrix entries, checked to be one byte's (low, high)
+    nibbles (lane elements 2b and 2b + 1: every 4-bit layout holds K-contiguous runs)."""
     lo, hi = order[0::2], order[1::2]
     if (lo % 2).any() or not np.array_equal(hi, lo + 1):
-        return None
+        raise AssertionError("a 4-bit MFMA operand layout does not keep K neighbours in one byte")
     return lo // 2
 
 
@@ -354,22 +354,11 @@ _E8M0 = fpf.decode_e8m0(np.arange(256))  # float64 value of every scale byte
 
 
 def _decode_values(fmt: str, regs: np.ndarray) -> np.ndarray:
-    """Lane registers [64, n] (uint32) -> float64 element values [64, per_lane].
-
-    4- and 8-bit formats take a fast path (a byte view of the little-endian registers and a table
-    lookup, element 0 in the lowest bits, as :func:`fpformats.unpack`); the MFMA is the emulator's
-    hottest instruction. Other widths go through :func:`fpformats.unpack`.
+    """Lane registers [64, n] (uint32) -> float64 element values [64, per_lane] through
+    :func:`fpformats.unpack` (the 6- and 16-bit formats; :func:`_matrix` looks 4- and 8-bit codes up
+    directly).
     """
     width = _BITS[fmt]
-    if width in (4, 8) and fmt not in ("bf16", "f16"):
-        data = np.ascontiguousarray(regs, dtype=np.uint32).view(np.uint8)
-        if width == 4:
-            codes = np.empty((data.shape[0], data.shape[1] * 2), dtype=np.uint8)
-            codes[:, 0::2] = data & 0x0F
-            codes[:, 1::2] = data >> 4
-        else:
-            codes = data
-        return fpf._table(fmt)[codes]
     codes = fpf.unpack(regs, width)
     if fmt == "bf16":
         return fpf.f32_from_bf16_bits(codes).astype(np.float64)
@@ -389,14 +378,16 @@ def _pair_table(fmt: str) -> np.ndarray:
 
 def _matrix(fmt: str, regs: np.ndarray, order: np.ndarray, pairs, shape: tuple, k_rows: bool) -> np.ndarray:
     """Lane registers [64, n] (uint32) -> the operand matrix (float64, C-contiguous ``shape``) whose flat
-    entry ``p`` is lane element ``order[p]`` (the values of :func:`_decode_values`); 4- and 8-bit formats
-    look the bytes up directly (``pairs``: see :class:`_Plan`; ``k_rows``: K is the first axis, B)."""
+    entry ``p`` is lane element ``order[p]``, element 0 in a register's lowest bits (as
+    :func:`fpformats.unpack`).  4- and 8-bit codes are looked up in the format's table straight from the
+    little-endian register bytes (``pairs``: see :class:`_Plan`; ``k_rows``: K is the first axis, B) --
+    the MFMA is the emulator's hottest instruction; other widths go through :func:`_decode_values`."""
     width = _BITS[fmt]
-    if width == 8 and fmt not in ("bf16", "f16"):
-        data = np.ascontiguousarray(regs, dtype=np.uint32).view(np.uint8).reshape(-1)
+    if width == 8:
+        data = np.ascontiguousarray(regs, dtype="<u4").view(np.uint8).reshape(-1)
         return fpf._table(fmt)[data[order]].reshape(shape)
-    if width == 4 and pairs is not None:
-        data = np.ascontiguousarray(regs, dtype=np.uint32).view(np.uint8).reshape(-1)
+    if width == 4:
+        data = np.ascontiguousarray(regs, dtype="<u4").view(np.uint8).reshape(-1)
         m = _pair_table(fmt)[data[pairs]].view(np.float64)
         return np.ascontiguousarray(m.reshape(shape[::-1]).T) if k_rows else m.reshape(shape)
     return _decode_values(fmt, regs).astype(np.float64, copy=False).reshape(-1)[order].reshape(shape)
