@@ -7,7 +7,7 @@ import numpy as np
 
 from . import fpformats
 from .errors import ExecError
-from .operands import U32, vsrc, vwriter, write_v
+from .operands import U32, lanes_of, vsrc, vwriter, write_v
 from .valu import as_f32, from_f32
 
 F16_CONVERTS = ("v_cvt_f32_f16", "v_cvt_f16_f32", "v_cvt_f32_bf16")
@@ -32,7 +32,7 @@ def build_convert(ins, ctx, name):
     line = ins.line
 
     def h(w):
-        srcs = [np.broadcast_to(np.asarray(g(w), U32), (64,)) for g in gs]
+        srcs = [lanes_of(g(w)) for g in gs]
         try:
             r = fpformats.convert(name, srcs, op_sel=op_sel, dst_old=w.v[i].copy(), active=w.exec_mask)
         except ValueError as e:

@@ -254,11 +254,14 @@ def bf16_bits_from_f32(bits) -> np.ndarray:
     NaN stays NaN (quiet bit forced, sign kept); overflow rounds to infinity as
     IEEE rounding does.  This is the rounding of ``v_cvt_pk_bf16_f32``.
     """
-    b = np.asarray(bits, dtype=np.uint32).astype(np.uint64)
-    rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
-    is_nan = ((b & 0x7F800000) == 0x7F800000) & ((b & 0x007FFFFF) != 0)
-    out = np.where(is_nan, (b >> 16) | 0x0040, rounded)
-    return (out & 0xFFFF).astype(np.uint16)
+    b = np.asarray(bits, dtype=np.uint32)
+    hi = b >> 16
+    # in uint32: b + 0x8000 wraps only for NaN patterns (> 0xFF800000), which are replaced below
+    out = (b + (0x7FFF + (hi & 1))) >> 16
+    is_nan = (b & 0x7FFFFFFF) > 0x7F800000          # exponent all ones, mantissa not 0
+    if is_nan.any():
+        out = np.where(is_nan, hi | 0x0040, out)
+    return out.astype(np.uint16)
 
 
 def f32_from_bf16_bits(h) -> np.ndarray:
@@ -413,8 +416,7 @@ def convert(opcode: str, srcs, *, op_sel=(0, 0, 0, 0), dst_old=None, active=None
         old = np.asarray(dst_old, dtype=np.uint32)
 
     if op == "v_cvt_pk_bf16_f32":
-        lo = bf16_bits_from_f32(s[0]).astype(np.uint32)
-        hi = bf16_bits_from_f32(s[1]).astype(np.uint32)
+        lo, hi = bf16_bits_from_f32(np.stack(np.broadcast_arrays(s[0], s[1]))).astype(np.uint32)   # one pass
         return (lo | (hi << 16)).astype(np.uint32)
 
     if op == "v_cvt_pk_f16_f32":

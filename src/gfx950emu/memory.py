@@ -38,6 +38,8 @@ caller's arrays (the others cannot have changed).
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from .errors import MemoryFault
@@ -132,6 +134,7 @@ class FlatMemory:
         self.heap32 = self.heap.view(np.uint32)
         self._starts = np.array([off for _, off, _ in self.regions], dtype=np.int64)
         self._ends = np.array([off + n for _, off, n in self.regions], dtype=np.int64)
+        self._starts_list, self._ends_list = self._starts.tolist(), self._ends.tolist()
         if lazy is None:
             lazy = sum(n for _, n, _ in self._sources) > LAZY_MIN_BYTES
         self.lazy = bool(lazy)
@@ -224,8 +227,8 @@ class FlatMemory:
         return idx
 
     def _in_one_region(self, lo: int, hi: int) -> bool:
-        k = int(np.searchsorted(self._starts, lo, side="right")) - 1
-        return k >= 0 and lo >= self._starts[k] and hi <= self._ends[k]
+        k = bisect.bisect_right(self._starts_list, lo) - 1
+        return k >= 0 and lo >= self._starts_list[k] and hi <= self._ends_list[k]
 
     def starts(self, addrs: np.ndarray, nbytes: int, line: int) -> np.ndarray:
         """Heap offsets (int64 [lanes]) of accesses of ``nbytes`` each; faults on unmapped bytes.
@@ -238,7 +241,8 @@ class FlatMemory:
         if not self._in_one_region(lo, hi):
             self.offsets(addrs, nbytes, line)      # slow path raises with the faulting address (and touches)
             return off
-        if self._npending:
+        # lazy chunks: only when one lies in the accesses' chunk range (else none of theirs is pending)
+        if self._npending and self._pending[lo >> CHUNK_SHIFT:((hi - 1) >> CHUNK_SHIFT) + 1].any():
             self._touch(off, off + (nbytes - 1))
         return off
 

@@ -292,14 +292,18 @@ def _d_index_arrays(sp: MfmaSpec) -> tuple:
 class _Plan:
     """Index arrays of one (opcode, A format, B format), computed once."""
 
-    a_rows: np.ndarray  # [64, P] row of A of each lane element
-    a_ks: np.ndarray  # [64, P] K of A of each lane element
-    b_ks: np.ndarray
-    b_cols: np.ndarray
     a_scale_lane: np.ndarray  # [M, K] lane whose scale byte scales A[i][k]
     b_scale_lane: np.ndarray  # [K, N]
-    d_rows: np.ndarray  # [64, R] row of D in each accumulator register
-    d_cols: np.ndarray
+    # A[i][k] / B[k][n] (row-major, flat) is lane element a_order[.] / b_order[.] (flat lane * P + j):
+    # lane element j of lane l is A[l % M][k of slot j] (_k_of_slot), B[k of slot j][l % N]
+    a_order: np.ndarray  # [M*K]
+    b_order: np.ndarray  # [K*N]
+    # 4-bit operands: the byte (flat lane * P / 2 + j / 2) holding each pair of K neighbours A[i][2q],
+    # A[i][2q+1] (B[2q][n], B[2q+1][n]: B^T row-major) as its low and high nibble; None for other widths
+    a_pairs: np.ndarray | None
+    b_pairs: np.ndarray | None
+    d_flat: np.ndarray  # [64, R] flat index (row * N + col) of D in each accumulator register
+    d_order: np.ndarray  # [M*N] flat (lane, register) of each D[i][j]
 
 
 @lru_cache(maxsize=None)
@@ -308,39 +312,53 @@ def _plan(sp: MfmaSpec, fa: str, fb: str) -> _Plan:
     slots = np.arange(sp.per_lane)[None, :]
     k_block = np.arange(sp.k) // 32
     d_rows, d_cols = _d_index_arrays(sp)
+    a_rows = np.broadcast_to(lanes % sp.m, (64, sp.per_lane))
+    a_ks = _k_of_slot(sp, fa, lanes, slots)
+    b_ks = _k_of_slot(sp, fb, lanes, slots)
+    b_cols = np.broadcast_to(lanes % sp.n, (64, sp.per_lane))
+    a_order = np.argsort(_bijection(a_rows * sp.k + a_ks, sp.m * sp.k))
+    b_order = np.argsort(_bijection(b_ks * sp.n + b_cols, sp.k * sp.n))
+    d_flat = _bijection(d_rows * sp.n + d_cols, sp.m * sp.n)
     return _Plan(
-        a_rows=np.broadcast_to(lanes % sp.m, (64, sp.per_lane)),
-        a_ks=_k_of_slot(sp, fa, lanes, slots),
-        b_ks=_k_of_slot(sp, fb, lanes, slots),
-        b_cols=np.broadcast_to(lanes % sp.n, (64, sp.per_lane)),
         # lane (k//32)*M + i holds the scale of row i (A) / column i (B) for K block k//32
         a_scale_lane=k_block[None, :] * sp.m + np.arange(sp.m)[:, None],
         b_scale_lane=k_block[:, None] * sp.n + np.arange(sp.n)[None, :],
-        d_rows=d_rows,
-        d_cols=d_cols,
+        a_order=a_order,
+        b_order=b_order,
+        a_pairs=_nibble_pairs(a_order) if _BITS[fa] == 4 else None,
+        b_pairs=_nibble_pairs(np.argsort(b_cols * sp.k + b_ks, axis=None)) if _BITS[fb] == 4 else None,
+        d_flat=d_flat.reshape(d_rows.shape),
+        d_order=np.argsort(d_flat),
     )
+
+
+def _nibble_pairs(order: np.ndarray) -> np.ndarray:
+    """Byte index of every (even, odd) pair of matrix entries, checked to be one byte's (low, high)
+    nibbles (lane elements 2b and 2b + 1: every 4-bit layout holds K-contiguous runs)."""
+    lo, hi = order[0::2], order[1::2]
+    if (lo % 2).any() or not np.array_equal(hi, lo + 1):
+        raise AssertionError("a 4-bit MFMA operand layout does not keep K neighbours in one byte")
+    return lo // 2
+
+
+def _bijection(flat: np.ndarray, size: int) -> np.ndarray:
+    """``flat`` (the flat matrix index of every lane element) as a 1-D array, checked to hit every one
+    of the ``size`` entries exactly once (the lane layouts are bijections onto A, B and D)."""
+    flat = np.asarray(flat).reshape(-1)
+    if not np.array_equal(np.sort(flat), np.arange(size)):
+        raise AssertionError("an MFMA lane layout is not a bijection onto its matrix")
+    return flat
 
 
 _E8M0 = fpf.decode_e8m0(np.arange(256))  # float64 value of every scale byte
 
 
 def _decode_values(fmt: str, regs: np.ndarray) -> np.ndarray:
-    """Lane registers [64, n] (uint32) -> float64 element values [64, per_lane].
-
-    4- and 8-bit formats take a fast path (a byte view of the little-endian registers and a table
-    lookup, element 0 in the lowest bits, as :func:`fpformats.unpack`); the MFMA is the emulator's
-    hottest instruction. Other widths go through :func:`fpformats.unpack`.
+    """Lane registers [64, n] (uint32) -> float64 element values [64, per_lane] through
+    :func:`fpformats.unpack` (the 6- and 16-bit formats; :func:`_matrix` looks 4- and 8-bit codes up
+    directly).
     """
     width = _BITS[fmt]
-    if width in (4, 8) and fmt not in ("bf16", "f16"):
-        data = np.ascontiguousarray(regs, dtype=np.uint32).view(np.uint8)
-        if width == 4:
-            codes = np.empty((data.shape[0], data.shape[1] * 2), dtype=np.uint8)
-            codes[:, 0::2] = data & 0x0F
-            codes[:, 1::2] = data >> 4
-        else:
-            codes = data
-        return fpf._table(fmt)[codes]
     codes = fpf.unpack(regs, width)
     if fmt == "bf16":
         return fpf.f32_from_bf16_bits(codes).astype(np.float64)
@@ -349,11 +367,37 @@ def _decode_values(fmt: str, regs: np.ndarray) -> np.ndarray:
     return fpf.decode(fmt, codes)
 
 
+@lru_cache(maxsize=None)
+def _pair_table(fmt: str) -> np.ndarray:
+    """complex128 [256]: byte -> (value of its low nibble, value of its high nibble) of a 4-bit format,
+    so that a table lookup of bytes viewed as float64 gives the elements in order."""
+    t = fpf._table(fmt)
+    codes = np.arange(256)
+    return np.ascontiguousarray(np.stack([t[codes & 0x0F], t[codes >> 4]], axis=1)).view(np.complex128).reshape(256)
+
+
+def _matrix(fmt: str, regs: np.ndarray, order: np.ndarray, pairs, shape: tuple, k_rows: bool) -> np.ndarray:
+    """Lane registers [64, n] (uint32) -> the operand matrix (float64, C-contiguous ``shape``) whose flat
+    entry ``p`` is lane element ``order[p]``, element 0 in a register's lowest bits (as
+    :func:`fpformats.unpack`).  4- and 8-bit codes are looked up in the format's table straight from the
+    little-endian register bytes (``pairs``: see :class:`_Plan`; ``k_rows``: K is the first axis, B) --
+    the MFMA is the emulator's hottest instruction; other widths go through :func:`_decode_values`."""
+    width = _BITS[fmt]
+    if width == 8:
+        data = np.ascontiguousarray(regs, dtype="<u4").view(np.uint8).reshape(-1)
+        return fpf._table(fmt)[data[order]].reshape(shape)
+    if width == 4:
+        data = np.ascontiguousarray(regs, dtype="<u4").view(np.uint8).reshape(-1)
+        m = _pair_table(fmt)[data[pairs]].view(np.float64)
+        return np.ascontiguousarray(m.reshape(shape[::-1]).T) if k_rows else m.reshape(shape)
+    return _decode_values(fmt, regs).astype(np.float64, copy=False).reshape(-1)[order].reshape(shape)
+
+
 def _lane_scales(scale, sel: int, name: str) -> np.ndarray:
     s = np.asarray(scale)
     if s.shape != (64,):
         raise ValueError(f"{name} must hold one scale VGPR value per lane, shape (64,), got {s.shape}")
-    byte = (s.astype(np.uint32, copy=False) >> np.uint32(8 * sel)) & 0xFF
+    byte = np.ascontiguousarray(s, dtype="<u4").view(np.uint8)[sel::4]     # byte sel of each lane's value
     return _E8M0[byte]
 
 
@@ -467,10 +511,8 @@ def execute(
     if exec_mask is not None and not np.all(exec_mask):
         raise ValueError(f"{opcode} with a partial EXEC mask is not modelled (refused; see the mfma module docstring)")
 
-    A = np.zeros((sp.m, sp.k))
-    B = np.zeros((sp.k, sp.n))
-    A[plan.a_rows, plan.a_ks] = _decode_values(fa, a)
-    B[plan.b_ks, plan.b_cols] = _decode_values(fb, b)
+    A = _matrix(fa, a, plan.a_order, plan.a_pairs, (sp.m, sp.k), False)
+    B = _matrix(fb, b, plan.b_order, plan.b_pairs, (sp.k, sp.n), True)
     kb = min(32, sp.k)
     nblk = sp.k // kb
     Ab = A.reshape(sp.m, nblk, kb).transpose(1, 0, 2)   # [nb, M, KB]
@@ -505,9 +547,7 @@ def execute(
         else:
             Q = P.astype(np.float32, copy=False)
         # step 3: f32 accumulation onto C in K-block order
-        rows, cols = plan.d_rows, plan.d_cols
-        D = np.zeros((sp.m, sp.n), dtype=np.float32)
-        D[rows, cols] = fpf.f32_from_bits(c)
+        D = fpf.f32_from_bits(c).reshape(-1)[plan.d_order].reshape(sp.m, sp.n)
         for q in Q:
             D = D + q
-    return fpf.bits_from_f32(D[rows, cols]).astype(np.uint32)
+    return D.reshape(-1)[plan.d_flat].view(np.uint32)

@@ -203,6 +203,13 @@ def sreg_bits(op, ctx):
     return set(), set()
 
 
+def lanes_of(x, dtype=U32) -> np.ndarray:
+    """A getter's result (a [64] array or a scalar) as a [64] array of ``dtype``: the array itself when it
+    is one (callers do not write into it), a read-only broadcast of a scalar."""
+    a = np.asarray(x, dtype)
+    return a if a.shape == (64,) else np.broadcast_to(a, (64,))
+
+
 def vwriter(ctx, op):
     """Return (index, fn(w, val)) writing a VGPR under EXEC."""
     i = ctx.vidx(op)

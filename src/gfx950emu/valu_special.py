@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import convert, fpformats, valu16
-from .operands import M32, M64, U32, U64, int_to_mask, mask_to_int, sdst, ssrc, vsrc, vsrc64, vwriter, write_v
+from .operands import M32, M64, U32, U64, int_to_mask, lanes_of, mask_to_int, sdst, ssrc, vsrc, vsrc64, vwriter, write_v
 from .valu import as_f32, as_i32, bitop3, fma_f32, from_f32, ftz, ftz_getter, omod_clamp, popcnt32
 
 _SPECIAL_MODS = {
@@ -55,8 +55,8 @@ def build_valu_special(ins, ctx, name):
         add = name.startswith("v_add")
 
         def h(w):
-            a = np.broadcast_to(np.asarray(g0(w), U64), (64,))
-            b = np.broadcast_to(np.asarray(g1(w), U64), (64,))
+            a = lanes_of(g0(w), U64)
+            b = lanes_of(g1(w), U64)
             if rev:
                 a, b = b, a
             cin = int_to_mask(w.s[ci] | (w.s[ci + 1] << 32)).astype(U64) if carry_in else U64(0)

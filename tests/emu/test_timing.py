@@ -145,6 +145,23 @@ def test_lds_bank_conflicts_come_from_real_addresses():
     assert lds_cycles(lanes * 4 * 64, 4, 64, 256) == (64, 1)      # b32, every lane in bank 0
 
 
+@pytest.mark.parametrize("fold", [1 << 20, 1])
+def test_touched_lines_and_buffers_the_same_however_often_they_are_folded(monkeypatch, fold):
+    from gfx950emu.memory import HEAP_BASE, FlatMemory
+    from gfx950emu.timing import track_touched
+    monkeypatch.setattr(track_touched, "FOLD", fold)
+    mem = FlatMemory()
+    a, b = mem.reserve("arg0", 4096), mem.reserve("arg1", 1024)
+    mem.reserve("kernarg", 64)
+    mem.finalize()
+    touched = track_touched(mem)
+    mem.starts(np.array([a, a + 130, a + 4000, a + 4], np.uint64), 4, 1)
+    mem.offsets(np.array([b + 256], np.uint64), 8, 2)
+    touched.detach()
+    assert touched.lines == {(x - HEAP_BASE) // 128 for x in (a, a + 130, a + 4000, b + 256)}
+    assert touched.buffer_bytes() == 4096 + 1024          # both argument buffers, not the kernarg segment
+
+
 def test_timeline_window_has_wave_and_pipe_tracks():
     from gfx950emu.timing import trace
     prog = gfx950emu.load(micro.kernel_text([micro._mfma(micro._acc(j), micro._acc(j)) for j in range(8)]))

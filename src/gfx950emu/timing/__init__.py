@@ -79,28 +79,56 @@ def _hot_loop(prog, counts):
 
 class track_touched:
     """Records which argument buffers (and 128-byte lines) the sampled workgroups' VMEM ops touch,
-    by wrapping the launch memory's address checks (``starts`` / ``offsets``) while the model runs."""
+    by wrapping the launch memory's address checks (``starts`` / ``offsets``) while the model runs.
+
+    The touched offsets are collected as arrays and folded into the ``lines`` / ``regions`` sets in
+    batches (a ``np.unique`` per VMEM op was a large share of a timing run)."""
 
     LINE = 128
+    FOLD = 1 << 20          # offsets collected before they are folded into the sets
 
     def __init__(self, mem):
         self.mem = mem
-        self.lines = set()
-        self.regions = set()
+        self._lines = set()
+        self._regions = set()
+        self._pending = []
+        self._npending = 0
         self._starts, self._offsets = mem.starts, mem.offsets
         mem.starts = self._wrap(self._starts)
         mem.offsets = self._wrap(self._offsets)
 
     def _wrap(self, fn):
+        pending = self._pending
+
         def f(addrs, nbytes, line):
             out = fn(addrs, nbytes, line)
             if out.size:
-                off = (out[:, 0] if out.ndim == 2 else out).astype(np.int64)
-                self.lines.update(np.unique(off // self.LINE).tolist())
-                st = self.mem._starts
-                self.regions.update(np.unique(np.searchsorted(st, off, side="right") - 1).tolist())
+                pending.append((out[:, 0] if out.ndim == 2 else out).astype(np.int64))
+                self._npending += out.shape[0]
+                if self._npending > self.FOLD:
+                    self._fold()
             return out
         return f
+
+    def _fold(self):
+        if self._pending:
+            off = np.concatenate(self._pending)
+            self._pending.clear()
+            self._npending = 0
+            self._lines.update(np.unique(off // self.LINE).tolist())
+            self._regions.update(np.unique(np.searchsorted(self.mem._starts, off, side="right") - 1).tolist())
+
+    @property
+    def lines(self) -> set:
+        """The 128-byte lines (heap offset // LINE) touched so far."""
+        self._fold()
+        return self._lines
+
+    @property
+    def regions(self) -> set:
+        """The memory regions (indices into ``mem.regions``) touched so far."""
+        self._fold()
+        return self._regions
 
     def detach(self):
         self.mem.starts, self.mem.offsets = self._starts, self._offsets

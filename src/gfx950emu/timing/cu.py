@@ -173,14 +173,15 @@ def lds_cycles(addr_lanes: np.ndarray, nbytes: int, banks: int, bytes_per_clock:
     per = max(1, bytes_per_clock // max(nbytes, 4))
     ndw = max(1, nbytes // 4)
     dw = (addr_lanes.astype(np.int64) >> 2)[:, None] + np.arange(ndw)[None, :]
-    cycles = 0
-    ideal = 0
-    for s in range(0, n, per):
-        ph = np.unique(dw[s:s + per].ravel())
-        cnt = np.bincount(ph % banks, minlength=banks)
-        cycles += int(cnt.max())
-        ideal += 1
-    return cycles, ideal
+    nph = -(-n // per)
+    # every phase at once: the distinct (phase, dword) pairs, then per phase each bank's count
+    lo = int(dw.min())
+    span = int(dw.max()) - lo + 1
+    key = np.sort(((np.arange(n) // per)[:, None] * span + (dw - lo)).ravel())
+    key = key[np.concatenate(([True], key[1:] != key[:-1]))]
+    phase, word = key // span, key % span + lo
+    cnt = np.bincount(phase * banks + word % banks, minlength=nph * banks).reshape(nph, banks)
+    return int(cnt.max(axis=1).sum()), nph
 
 
 # --------------------------------------------------------------------------------- waves ----
@@ -319,16 +320,17 @@ class CU:
                 need, reason = e, "lgkmcnt"
         else:
             if tw.mready:
+                # the ready cycles (all >= 0) of the registers read that an MFMA writes
                 mr = tw.mready
                 if kind == "mfma":
-                    e = max((mr.get(r, 0) for r in st.ab), default=0)
-                    if tw.mready_c:
-                        for r in st.c:
-                            c = tw.mready_c.get(r)
-                            if c is not None:
-                                e = max(e, c[1] if st.c == c[2] else c[0])
+                    e = max([mr[r] for r in mr.keys() & st.ab], default=0)
+                    mc = tw.mready_c
+                    if mc:
+                        for r in mc.keys() & st.c:
+                            c = mc[r]
+                            e = max(e, c[1] if st.c == c[2] else c[0])
                 else:
-                    e = max((mr.get(r, 0) for r in st.vreads), default=0)
+                    e = max([mr[r] for r in mr.keys() & st.vreads], default=0)
                 if e > need:
                     need, reason = e, "dependency"
             if kind == "mfma":
