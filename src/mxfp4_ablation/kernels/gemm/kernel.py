@@ -53,9 +53,12 @@ class Pipeline:
         self.plan = Plan(slots, self.KI)
         self.head = head_steps(slots, self.KI)
         self.lo, self.hi, self.unroll = self.plan.loop_range(self.head)
-        # The compiler may move compiler-visible loads and MFMAs past each other; with inline-asm
-        # MFMAs and DMAs (side effects: nothing crosses them) the issue order is the emission order.
-        self.pin = not (slots.mfma.ordered and slots.g2s.ordered)
+        # The compiler may move compiler-visible loads and MFMAs past each other, so with its own MFMA
+        # op every load unit is fenced (sched_barrier).  An inline-asm MFMA (side effects) already keeps
+        # every load on its side, so nothing is fenced and the compiler may still move the loads'
+        # address arithmetic (the v_readfirstlane / m0 writes) between them, as in FlyDSL daee90e4,
+        # whose ``Mfma16x16x128Fp4.call`` issues its thunks with no scheduling barrier at all.
+        self.pin = not slots.mfma.ordered
         self.shape, self.g2s, self.s2r = slots.shape(self), slots.g2s(self), slots.s2r(self)
         self.scales, self.mfma, self.store = slots.scales(self), slots.mfma(self), slots.store(self)
 

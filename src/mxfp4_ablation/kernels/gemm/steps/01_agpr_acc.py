@@ -22,7 +22,7 @@ SWITCH = Switch(
     "loads, whose vmcnt waits drain the LDS-DMAs, and 376 v_accvgpr read/write/mov); the modelled step is in the "
     "generated tables (model version and interval there). Fidelity of this first rung "
     "(gemm-v1) against FlyDSL daee90e4 at 8192^3, measured: 21 of 27 fingerprint metrics within 10 % "
-    "(arch_vgpr 252 vs 250, hot loop 529 vs 495 instructions and 33 vs 34 s_waitcnt per 2 K steps, every "
+    "(arch_vgpr 246 vs 250, hot loop 501 vs 495 instructions and 33 vs 34 s_waitcnt per 2 K steps, every "
     "LDS read and DMA issued between MFMAs as there: loop_max_lds_run 1 vs 1); outside: sgpr 53 vs 69 (-23 %, not explained yet), s_load 6 vs 8 (ours: 6 "
     "s_load_dwordx2; upstream also 2 s_load_dword), s_waitcnt 74 vs 64 (+16 %: all of it outside the "
     "loop, 41 vs 30: our unrolled head and tail steps wait per fragment too), s_barrier 8 vs 9 (one "

@@ -16,7 +16,8 @@ SWITCH = Switch(
     "(Mfma16x16x128Fp4.call) also changed where a block's loads go, so this switch carries that too: "
     "before it one load after each of the block's first MFMAs, DMAs then reads (daee90e4: 'one is "
     "issued after each MFMA'); with it the loads riffled and spread over all 32 MFMAs, load t after MFMA "
-    "floor(32 t / n) (741f3d6d: slots = {(t * n_mfma) // len(thunks)}); see gemm.load_slots.",
+    "floor(32 t / n) (741f3d6d: slots = {(t * n_mfma) // len(thunks)}); see SerpentineOrder.load_after "
+    "(before it stages.RowMajorOrder.load_after).",
     metric="mfma_operand_reuse (share of consecutive MFMA pairs with a common src0 or src1) rises; MFMA "
     "count unchanged.",
     expects=(Expect("mfma_operand_reuse", "up"),),

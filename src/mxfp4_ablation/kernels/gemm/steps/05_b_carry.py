@@ -19,11 +19,12 @@ SWITCH = Switch(
     "+ s_barrier. Without it (PR #990's before) B half 1 is read in block (0,0) and used in (0,1), and the "
     "top wait leaves the carried B half-0 reads in flight (lgkmcnt(8)), so the compiler waits "
     "lgkmcnt(n) per fragment. Either way every load is issued between MFMAs, where the seed puts them "
-    "(gemm.load_slots; the former QUIET_TAIL knob, tuned under the model, is gone).",
+    "(the order slot's load_after: stages.RowMajorOrder, SerpentineOrder; the former QUIET_TAIL knob, "
+    "tuned under the model, is gone).",
     metric="loop_s_waitcnt_per_4k 66 -> 8 at 8192^3 (seed: 68 -> 8; FlyDSL daee90e4 34 per 2 K steps, "
     "ours 33); no ds_read run outside the MFMA stream before or after (longest run of loads without an "
     "MFMA: 1, as upstream after). Its modelled sign used to depend on QUIET_TAIL (a knob chosen under "
-    "the model: -1.8 % .. +0.9 %); the loads now sit where FlyDSL 741f3d6d puts them (gemm.load_slots), "
+    "the model: -1.8 % .. +0.9 %); the loads now sit where FlyDSL 741f3d6d puts them (SerpentineOrder.load_after), "
     "and the modelled step with its interval is in the generated tables.",
     expects=(Expect("loop_s_waitcnt_per_4k", "down", seed_before=68, seed_after=8,
                      note="ours 66 -> 8 per 4 K steps (8192^3)"),),
