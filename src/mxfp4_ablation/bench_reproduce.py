@@ -123,7 +123,8 @@ def main(argv=None) -> int:
             "commit": git("rev-parse", "--short", "HEAD") + (" (the checkout has local changes: not in the clone)"
                                                               if dirty else ""),
             "load_before": "%.2f %.2f %.2f" % os.getloadavg(),
-            "command": "python -m mxfp4_ablation.bench_reproduce " + " ".join(argv if argv is not None else sys.argv[1:])}
+            "command": "python -m mxfp4_ablation.bench_reproduce " + " ".join(  # no machine path in committed data
+                "<folder>" if ns.keep and a == ns.keep else a for a in (argv if argv is not None else sys.argv[1:]))}
     scratch = Path(tempfile.mkdtemp(prefix="bench-reproduce-")) if not ns.keep else None
     clone = Path(ns.keep).resolve() if ns.keep else scratch / "clone"
     try:
