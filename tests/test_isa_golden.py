@@ -6,7 +6,7 @@ modules were restructured. A pure refactor keeps every hash; a change that is me
 re-records them in its own commit (``python tests/test_isa_golden.py --write``), so the diff says which
 variants moved.
 
-Slow: it compiles every variant at four shapes (62 compiles, ~8 s of CPU each when the cache is cold).
+Slow: it compiles every variant at its two shapes (62 compiles, ~6 CPU-s each when the cache is cold).
 """
 
 from __future__ import annotations

@@ -177,12 +177,18 @@ def _phases_child(notebook: str, out_json: str) -> int:
 
 
 # ------------------------------------------------------------------------------------ running ----
-def _measure(cmd: list[str], env: dict) -> dict:
-    """Run ``cmd``; wall, user + sys CPU (the process and its children) and the peak RSS of the largest."""
+def _measure(cmd: list[str], env: dict, cwd: Path | None = None, log: Path | None = None) -> dict:
+    """Run ``cmd`` (in ``cwd``, default the checkout); wall, user + sys CPU (the process and its children)
+    and the peak RSS of the largest; its output's tail, or with ``log`` its whole output appended there."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, cwd=str(paths.REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = proc.stdout.read()
-    _, status, ru = os.wait4(proc.pid, 0)
+    sink = open(log, "ab") if log is not None else subprocess.PIPE
+    try:
+        proc = subprocess.Popen(cmd, env=env, cwd=str(cwd or paths.REPO_ROOT), stdout=sink, stderr=subprocess.STDOUT)
+        out = proc.stdout.read() if log is None else b""
+        _, status, ru = os.wait4(proc.pid, 0)
+    finally:
+        if log is not None:
+            sink.close()
     wall = time.perf_counter() - t0
     return {"wall_s": round(wall, 2), "user_s": round(ru.ru_utime, 2), "sys_s": round(ru.ru_stime, 2),
             "max_rss_mb": round(ru.ru_maxrss / 1024, 1), "rc": os.waitstatus_to_exitcode(status),

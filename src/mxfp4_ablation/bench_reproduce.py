@@ -35,21 +35,9 @@ import time
 from pathlib import Path
 
 from . import paths
-from .bench_pipeline import machine_line
+from .bench_pipeline import _measure, machine_line
 
 COLUMNS = ["step", "what", "wall_s", "user_s", "sys_s", "max_rss_mb", "notebooks_run", "notebooks_skipped", "rc"]
-
-
-def _make_reproduce(clone: Path, env: dict, log: Path) -> dict:
-    """One ``make reproduce`` in ``clone``: measured, its output appended to ``log``."""
-    t0 = time.perf_counter()
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(["make", "--no-print-directory", "reproduce"], cwd=clone, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-        _, status, ru = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    return {"wall_s": round(wall, 1), "user_s": round(ru.ru_utime, 1), "sys_s": round(ru.ru_stime, 1),
-            "max_rss_mb": round(ru.ru_maxrss / 1024), "rc": os.waitstatus_to_exitcode(status)}
 
 
 def _counts(text: str) -> tuple[int, int]:
@@ -80,7 +68,8 @@ def run(clone: Path, step: str) -> list[dict]:
             with open(step_file, "a") as f:
                 f.write(append)
         start = log.stat().st_size if log.exists() else 0
-        m = _make_reproduce(clone, env, log)
+        m = _measure(["make", "--no-print-directory", "reproduce"], env, cwd=clone, log=log)
+        m = {k: round(v, 1) if isinstance(v, float) else v for k, v in m.items() if k != "output"}
         text = log.read_bytes()[start:].decode(errors="replace")
         ran, skipped = _counts(text)
         rows.append({"step": key, "what": what, **m, "notebooks_run": ran, "notebooks_skipped": skipped})

@@ -268,15 +268,16 @@ def inputs_digest(source: Path, mode: str) -> str:
     return f"{mode} " + sources.digest([source, *notebook_dependencies(source)], code=True)
 
 
-def _unchanged(stamp: Path | None, name: str, digest: str) -> bool:
-    """The stamp records ``digest`` and the run it stamped is still published."""
+def _stamped_run(stamp: Path, name: str, digest: str) -> Path | None:
+    """The published run a stamp that records ``digest`` stands for (None: the stamp records another
+    digest, or that run is gone)."""
     from . import results
 
     try:
-        recorded = stamp.read_text().strip() if stamp is not None else ""
+        recorded = stamp.read_text().strip()
     except OSError:
-        return False
-    return recorded == digest and results.latest_run(name) is not None
+        return None
+    return results.latest_run(name) if recorded == digest else None
 
 
 def run(source: str | Path, parameters: dict | None = None, kernel_name: str = KERNEL_NAME,
@@ -296,9 +297,9 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
     name = run_name(source)
     mode, reason = modes.detect()
     digest = inputs_digest(source, mode) if stamp is not None and not parameters else None
-    if digest is not None and _unchanged(Path(stamp), name, digest):
-        print(f"[{name}] inputs changed in comments or layout only: not rerun ({results.latest_run(name).name})",
-              flush=True)
+    kept = _stamped_run(Path(stamp), name, digest) if digest is not None else None
+    if kept is not None:
+        print(f"[{name}] inputs changed in comments or layout only: not rerun ({kept.name})", flush=True)
         return None
     notebook = jupytext.read(source)
     from .tempdirs import owned_tempdir
