@@ -10,10 +10,11 @@ writes the final ISA (``.s``). This module
   ``(jit_launcher, args)`` -- in a worker process (FlyDSL's console noise and env stay there), and
 * caches the resulting :class:`Artifact` on disk under a key of the content of every source file the
   compile runs (the target's import closure with package data, every kernel module, this recipe and
-  its worker, less the files its parameters switch off: :func:`_source_digest`), the parameters,
-  FlyDSL version and arch, so an unchanged kernel is never compiled twice and a changed one never
-  served stale. A corrupt entry is a miss; a miss another process is compiling is waited for under a
-  per-key lock, not compiled again (:func:`diskcache.load_or_compute`).
+  its worker, less the files its parameters switch off: :func:`_source_digest`), the parameters the
+  code depends on (less those the launcher takes at run time: :func:`key_params`), FlyDSL version and
+  arch, so an unchanged kernel is never compiled twice and a changed one never served stale. A
+  corrupt entry is a miss; a miss another process is compiling is waited for under a per-key lock,
+  not compiled again (:func:`diskcache.load_or_compute`).
 """
 
 from __future__ import annotations
@@ -299,12 +300,22 @@ def flydsl_version() -> str:
         return "missing"
 
 
+def key_params(target: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters the code of a compile depends on: ``params`` less those the target's kernel module
+    says the launcher takes at run time (its ``runtime_params(params)``, if it has one: the GEMM's M and N
+    without static_prologue). A compile at one of them serves every value of the others."""
+    _module_file(target)
+    runtime = getattr(importlib.import_module(target.partition(":")[0]), "runtime_params", None)
+    skip = set(runtime(dict(params))) if runtime is not None else set()
+    return {name: value for name, value in params.items() if name not in skip}
+
+
 def cache_key(target: str, params: dict[str, Any], arch: str = DEFAULT_ARCH) -> str:
     payload = json.dumps(
         {
             "toolchain": TOOLCHAIN_VERSION,
             "target": target,
-            "params": params,
+            "params": key_params(target, params),
             "arch": arch,
             "flydsl": flydsl_version(),
             "source": _source_digest(target, params),
@@ -359,16 +370,22 @@ def compile_many(
     keys = [cache_key(t, p, arch) for t, p in requests]
     if not use_cache:
         return _run_worker(list(zip(requests, keys)), arch) if requests else []
+    first = {}  # key -> the first request with it: requests sharing a key share one compile
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    unique = list(first.values())
 
     def compile_and_store(todo: list[int]) -> list[Artifact]:
-        artifacts = _run_worker([(requests[i], keys[i]) for i in todo], arch)
+        artifacts = _run_worker([(requests[unique[j]], keys[unique[j]]) for j in todo], arch)
         for artifact in artifacts:
             _store(artifact)
         return artifacts
 
-    found = diskcache.load_or_compute([_cache_path(k) for k in keys], lambda i: _load_cached(keys[i]),
-                                      compile_and_store)
-    return [artifact for artifact, _ in found]
+    found = diskcache.load_or_compute([_cache_path(keys[i]) for i in unique],
+                                      lambda j: _load_cached(keys[unique[j]]), compile_and_store)
+    by_key = {keys[i]: artifact for i, (artifact, _) in zip(unique, found)}
+    # each request gets its own parameters back (the compile may have run at another runtime value)
+    return [dataclasses.replace(by_key[key], params=params) for (_, params), key in zip(requests, keys)]
 
 
 def _run_worker(jobs: list[tuple[tuple[str, dict[str, Any]], str]], arch: str) -> list[Artifact]:
