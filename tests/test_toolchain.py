@@ -218,3 +218,21 @@ def test_two_gemm_shapes_share_a_compile_only_where_their_isa_is_byte_identical(
     isas = [a.isa for a in toolchain.compile_many([(v.target, p) for p in params], use_cache=False)]
     assert (keys[0] == keys[1]) == (isas[0] == isas[1])
     assert (keys[0] == keys[1]) == ("static_prologue" not in v.switches)
+
+
+def test_one_worker_process_serves_every_compile_of_a_process_until_a_source_changes(tmp_path, monkeypatch):
+    """FlyDSL and torch are imported once per process, not once per compile: consecutive misses go to
+    the same worker; an edited source file (the worker imported the old one) or a dead worker starts a
+    new one, and the compile still succeeds."""
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path))
+    toolchain.compile(PROBE, {"rows": 4})
+    first = toolchain._worker.proc
+    assert toolchain.compile(PROBE, {"rows": 8}).isa and toolchain._worker.proc is first
+    version = toolchain._src_version()
+    monkeypatch.setattr(toolchain, "_src_version", lambda: version + (("an edited file", 0, 0, 0),))
+    assert toolchain.compile(PROBE, {"rows": 12}).isa
+    second = toolchain._worker.proc
+    assert second is not first and first.poll() is not None
+    second.kill()
+    second.wait()
+    assert toolchain.compile(PROBE, {"rows": 16}).isa and toolchain._worker.proc is not second
