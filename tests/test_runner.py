@@ -1,7 +1,7 @@
 """The runner's edges: argument conversion, backend refusal, the gate's arithmetic."""
 
 import pytest
-from mxfp4_ablation import runner
+from mxfp4_ablation import runner, sources
 
 
 def test_emulator_args_converts_entries():
@@ -56,6 +56,8 @@ def test_emulator_runs_are_reused_by_content(tmp_path, monkeypatch):
     """A second verify of the same ISA on the same bytes reads the stored outputs (issue #24) and reaches
     the same verdict; other inputs (another seed) run the emulator again."""
     monkeypatch.setattr(runner, "_emulation_cache", lambda key: tmp_path / "emulate" / key[:2] / key)
+    fresh = iter(range(100))  # no verification cache here: every check reaches the emulator's
+    monkeypatch.setattr(runner, "_verification_cache", lambda key: tmp_path / "verify" / f"{next(fresh)}.json")
     first = runner.verify("moe2-v0", (16, 8, 512, 256, 2, 16))
     again = runner.verify("moe2-v0", (16, 8, 512, 256, 2, 16))
     assert first["emulator_cached"] is False and again["emulator_cached"] is True
@@ -65,3 +67,50 @@ def test_emulator_runs_are_reused_by_content(tmp_path, monkeypatch):
     assert other["emulator_cached"] is False and other["passed"]
     monkeypatch.setenv("MXFP4_EMULATE_CACHE", "0")
     assert runner.verify("moe2-v0", (16, 8, 512, 256, 2, 16))["emulator_cached"] is False
+
+
+@pytest.mark.slow
+def test_a_check_whose_inputs_are_unchanged_is_read_not_rerun(tmp_path, monkeypatch):
+    """A second emulator check of the same ISA, switch set, shape, seed and options, under the same code,
+    is the stored result (issue #24: the summary reads the checks its sweep ran): no inputs are built;
+    everything but ``emulator_cached`` is what the first check returned. Another seed or other launch
+    options check again; a torn entry is a miss."""
+    from mxfp4_ablation import variants
+
+    monkeypatch.setattr(runner, "_verification_cache", lambda key: tmp_path / "verify" / f"{key}.json")
+    shape = (16, 8, 512, 256, 2, 16)
+    first = runner.verify("moe2-v0", shape)
+    module = variants.get("moe2-v0").module
+    real = module.make_inputs
+    monkeypatch.setattr(module, "make_inputs", lambda **kw: pytest.fail("inputs built for a stored check"))
+    again = runner.verify("moe2-v0", shape)
+    assert again["emulator_cached"] is True and again["passed"]
+    assert {k: v for k, v in again.items() if k != "emulator_cached"} == \
+        {k: v for k, v in first.items() if k != "emulator_cached"}
+    built = []
+    monkeypatch.setattr(module, "make_inputs", lambda **kw: built.append(kw) or real(**kw))
+    assert runner.verify("moe2-v0", shape, seed=1)["passed"]
+    assert runner.verify("moe2-v0", shape, wave_order="reverse")["passed"]
+    assert len(built) == 2
+    for entry in (tmp_path / "verify").glob("*.json"):  # torn writes: misses, checked and stored again
+        entry.write_text(entry.read_text()[:10])
+    assert runner.verify("moe2-v0", shape)["passed"] and len(built) == 3
+    assert runner.verify("moe2-v0", shape)["emulator_cached"] and len(built) == 3
+
+
+def test_a_stored_check_is_keyed_by_the_isa_the_inputs_and_the_code():
+    """The verification key changes with the ISA text, the seed, the launch options and the code of the
+    runner (the comparison) and the kernel module (inputs, reference); not with the process count."""
+    from mxfp4_ablation import variants
+
+    v = variants.get("gemm-v3")
+    params = v.params((256, 256, 3072))
+
+    def key(isa="isa", seed=0, **opts):
+        base = {"variant": v.name, "shape": [256, 256, 3072], "seed": seed}
+        return runner._verification_key(isa, v, params, base, {"hazards": "report", "processes": 1, **opts})
+
+    assert key() == key(processes=2)
+    assert len({key(), key("other isa"), key(seed=1), key(wave_order="reverse")}) == 4
+    files = {p.name for p in sources.module_closure({"mxfp4_ablation.runner", "mxfp4_ablation.kernels.gemm"})}
+    assert {"runner.py", "reference.py", "formats.py", "machine.py"} <= files

@@ -153,3 +153,86 @@ def test_a_compile_key_covers_only_the_steps_it_switches_on(monkeypatch):
     from mxfp4_ablation.kernels.gemm import steps
 
     assert "01_agpr_acc" not in {f.stem for f in steps.unused_files(["zero_first_k"])}
+
+
+def test_a_gemm_compile_key_leaves_out_only_the_shape_the_launcher_takes_at_run_time():
+    """M and N are kernel arguments unless static_prologue bakes them in: without it one key (one compile)
+    serves every M, N at a K; K is always in the key, and so is every MoE shape number (its sizes are
+    compile-time constants). The ISA behind a shared key is checked byte for byte by the slow test below."""
+    from mxfp4_ablation import variants
+
+    def key(name, shape):
+        v = variants.get(name)
+        return toolchain.cache_key(v.target, v.params(shape))
+
+    assert key("gemm-v8", (256, 256, 3072)) == key("gemm-v8", (512, 768, 3072))
+    assert key("gemm-v8", (256, 256, 3072)) != key("gemm-v8", (256, 256, 1536))
+    assert key("gemm-v9", (256, 256, 3072)) != key("gemm-v9", (512, 768, 3072))
+    assert key("gemm-v9-no-static_prologue", (8192, 8192, 8192)) == key("gemm-v9-no-static_prologue",
+                                                                         (16384, 16384, 8192))
+    gemm = variants.get("gemm-v9").target  # the variant_name spelling resolves its switches too
+    assert toolchain.cache_key(gemm, {"M": 256, "N": 256, "K": 3072, "variant_name": "gemm-v9"}) != \
+        toolchain.cache_key(gemm, {"M": 512, "N": 512, "K": 3072, "variant_name": "gemm-v9"})
+    assert toolchain.cache_key(gemm, {"M": 256, "N": 256, "K": 3072, "variant_name": "gemm-v8"}) == \
+        toolchain.cache_key(gemm, {"M": 512, "N": 512, "K": 3072, "variant_name": "gemm-v8"})
+    assert key("moe2-v4", (16, 385, 7168, 512, 9, 16)) != key("moe2-v4", (128, 385, 7168, 512, 9, 16))
+
+
+def test_requests_sharing_a_key_share_one_compile(tmp_path, monkeypatch):
+    """compile_many compiles a key once, however many requests have it, and gives each request its own
+    parameters back (here the probe is told its ``rows`` is a run-time value)."""
+    from mxfp4_ablation.kernels import probe
+
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path))
+    monkeypatch.setattr(probe, "runtime_params", lambda params: ("rows",), raising=False)
+    jobs = []
+    real = toolchain._run_worker
+
+    def spy(batch, arch):
+        jobs.extend(batch)
+        return real(batch, arch)
+
+    monkeypatch.setattr(toolchain, "_run_worker", spy)
+    a, b = toolchain.compile_many([(PROBE, {"rows": 64}), (PROBE, {"rows": 128})])
+    assert len(jobs) == 1 and a.key == b.key and a.isa == b.isa
+    assert (a.params, b.params) == ({"rows": 64}, {"rows": 128})
+    c = toolchain.compile(PROBE, {"rows": 256})
+    assert c.cached and c.key == a.key and c.params == {"rows": 256} and len(jobs) == 1
+
+
+def _gemm_variants() -> list[str]:
+    from mxfp4_ablation import variants
+
+    return [n for n in variants.all_variants() if n.startswith("gemm")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _gemm_variants())
+def test_two_gemm_shapes_share_a_compile_only_where_their_isa_is_byte_identical(name):
+    """Compiled apart (no cache) at two M, N of one K: the keys are equal exactly when the ISA texts are."""
+    from mxfp4_ablation import variants
+
+    v = variants.get(name)
+    params = [v.params(shape) for shape in ((256, 256, 3072), (512, 768, 3072))]
+    keys = [toolchain.cache_key(v.target, p) for p in params]
+    isas = [a.isa for a in toolchain.compile_many([(v.target, p) for p in params], use_cache=False)]
+    assert (keys[0] == keys[1]) == (isas[0] == isas[1])
+    assert (keys[0] == keys[1]) == ("static_prologue" not in v.switches)
+
+
+def test_one_worker_process_serves_every_compile_of_a_process_until_a_source_changes(tmp_path, monkeypatch):
+    """FlyDSL and torch are imported once per process, not once per compile: consecutive misses go to
+    the same worker; an edited source file (the worker imported the old one) or a dead worker starts a
+    new one, and the compile still succeeds."""
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path))
+    toolchain.compile(PROBE, {"rows": 4})
+    first = toolchain._worker.proc
+    assert toolchain.compile(PROBE, {"rows": 8}).isa and toolchain._worker.proc is first
+    version = toolchain._src_version()
+    monkeypatch.setattr(toolchain, "_src_version", lambda: version + (("an edited file", 0, 0, 0),))
+    assert toolchain.compile(PROBE, {"rows": 12}).isa
+    second = toolchain._worker.proc
+    assert second is not first and first.poll() is not None
+    second.kill()
+    second.wait()
+    assert toolchain.compile(PROBE, {"rows": 16}).isa and toolchain._worker.proc is not second

@@ -79,6 +79,7 @@ def test_a_wrong_scale_fails_the_gate_even_when_the_values_match(monkeypatch):
     assert all(o["passed"] and o["mismatches"] == 0 for o in good["outputs"].values())
     json.dumps(good)  # JSON-ready
     monkeypatch.setattr(module, "reference", one_wrong_scale)
+    monkeypatch.setenv("MXFP4_EMULATE_CACHE", "0")  # a reference patched in memory: no cache key sees it
     bad = runner.verify("moe1-v2", (16, 8, 512, 256, 2), seed=1)
     assert not bad["passed"] and bad["failed_outputs"] == ["inter_scale"]
     assert bad["outputs"]["inter_scale"]["mismatches"] == 1 and bad["outputs"]["inter_quant"]["passed"]

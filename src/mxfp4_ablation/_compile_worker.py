@@ -1,9 +1,12 @@
-"""Worker process for :mod:`mxfp4_ablation.toolchain`: compiles a batch of targets offline.
+"""Worker process for :mod:`mxfp4_ablation.toolchain`: compiles batches of targets offline.
 
-Runs with the env from ``toolchain.compile_env``. For each job it points FlyDSL's ISA dump at the job's
-folder, sends FlyDSL's stdout/stderr (C++ level too) into ``log.txt``, calls ``function(**params)`` to
-get ``(jit_launcher, args)`` and launches it (a compile-only launch that stops at the ISA:
-:func:`_without_code_object`), then writes ``status.json``.
+Runs with the env from ``toolchain.compile_env`` and lives as long as the process that started it
+(issue #24: importing torch and FlyDSL was ~2.3 of a cold compile's ~5.7 CPU-s when every compile
+started its own worker). It reads the path of one batch's ``jobs.json`` per line on stdin and answers
+``done <path>`` on its own stdout when the batch is written; it exits at the end of stdin. For each job it
+points FlyDSL's ISA dump at the job's folder, sends FlyDSL's stdout/stderr (C++ level too) into
+``log.txt``, calls ``function(**params)`` to get ``(jit_launcher, args)`` and launches it (a
+compile-only launch that stops at the ISA: :func:`_without_code_object`), then writes ``status.json``.
 """
 
 from __future__ import annotations
@@ -97,5 +100,17 @@ def main(jobs_file: str) -> int:
     return 0
 
 
+def serve() -> int:
+    """Compile the batch of every ``jobs.json`` path read on stdin; answer ``done`` after each."""
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever prints between jobs goes to stderr, never into the replies
+    for line in sys.stdin:
+        jobs_file = line.rstrip("\n")
+        main(jobs_file)
+        replies.write(f"done {jobs_file}\n")
+        replies.flush()
+    return 0
+
+
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1]))
+    raise SystemExit(serve())

@@ -10,14 +10,17 @@ writes the final ISA (``.s``). This module
   ``(jit_launcher, args)`` -- in a worker process (FlyDSL's console noise and env stay there), and
 * caches the resulting :class:`Artifact` on disk under a key of the content of every source file the
   compile runs (the target's import closure with package data, every kernel module, this recipe and
-  its worker, less the files its parameters switch off: :func:`_source_digest`), the parameters,
-  FlyDSL version and arch, so an unchanged kernel is never compiled twice and a changed one never
-  served stale. A corrupt entry is a miss; a miss another process is compiling is waited for under a
-  per-key lock, not compiled again (:func:`diskcache.load_or_compute`).
+  its worker, less the files its parameters switch off: :func:`_source_digest`), the parameters the
+  code depends on (less those the launcher takes at run time: :func:`key_params`), FlyDSL version and
+  arch, so an unchanged kernel is never compiled twice and a changed one never served stale. A
+  corrupt entry is a miss; a miss another process is compiling is waited for under a per-key lock,
+  not compiled again (:func:`diskcache.load_or_compute`).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -29,6 +32,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -250,14 +255,14 @@ def _code_bytes(file: Path) -> bytes:
     return ast.dump(tree, include_attributes=False).encode()
 
 
-def _source_digest(target: str, params: dict | None = None) -> str:
+def _source_digest(target: str, params: dict | None = None, extra: Iterable[str] = ()) -> str:
     """Digest of every file the compile of ``target`` with ``params`` runs: the target's module and
     every module of ours it imports (transitively, with their packages' data files), every kernel module
     (shared helpers reached by name), and this compile recipe with its worker (:data:`COMPILE_MODULES`),
     less the files a kernel module says the compile does not run (its ``unused_sources(params)``, if it
     has one: the GEMM's switched-off steps; for any other target, all of them). Python files count by
     their code (:func:`_code_bytes`: a comment or docstring edit keeps the cache), data files by their
-    bytes."""
+    bytes. ``extra``: modules whose closure counts too (a verification's: :mod:`.runner`)."""
     from . import sources
 
     _module_file(target)  # a clear error for a malformed or unknown target
@@ -271,7 +276,7 @@ def _source_digest(target: str, params: dict | None = None) -> str:
         if unused is not None:
             skip |= {Path(f).resolve() for f in unused(dict(params or {}) if name == module else {})}
     digest = hashlib.sha256()
-    for file in sorted(f for f in sources.module_closure({module, *COMPILE_MODULES, *named}) if f.resolve() not in skip):
+    for file in sorted(f for f in sources.module_closure({module, *COMPILE_MODULES, *named, *extra}) if f.resolve() not in skip):
         try:
             name = file.resolve().relative_to(sources.SRC).as_posix()
         except ValueError:
@@ -299,12 +304,22 @@ def flydsl_version() -> str:
         return "missing"
 
 
+def key_params(target: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters the code of a compile depends on: ``params`` less those the target's kernel module
+    says the launcher takes at run time (its ``runtime_params(params)``, if it has one: the GEMM's M and N
+    without static_prologue). A compile at one of them serves every value of the others."""
+    _module_file(target)
+    runtime = getattr(importlib.import_module(target.partition(":")[0]), "runtime_params", None)
+    skip = set(runtime(dict(params))) if runtime is not None else set()
+    return {name: value for name, value in params.items() if name not in skip}
+
+
 def cache_key(target: str, params: dict[str, Any], arch: str = DEFAULT_ARCH) -> str:
     payload = json.dumps(
         {
             "toolchain": TOOLCHAIN_VERSION,
             "target": target,
-            "params": params,
+            "params": key_params(target, params),
             "arch": arch,
             "flydsl": flydsl_version(),
             "source": _source_digest(target, params),
@@ -359,16 +374,104 @@ def compile_many(
     keys = [cache_key(t, p, arch) for t, p in requests]
     if not use_cache:
         return _run_worker(list(zip(requests, keys)), arch) if requests else []
+    first = {}  # key -> the first request with it: requests sharing a key share one compile
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    unique = list(first.values())
 
     def compile_and_store(todo: list[int]) -> list[Artifact]:
-        artifacts = _run_worker([(requests[i], keys[i]) for i in todo], arch)
+        artifacts = _run_worker([(requests[unique[j]], keys[unique[j]]) for j in todo], arch)
         for artifact in artifacts:
             _store(artifact)
         return artifacts
 
-    found = diskcache.load_or_compute([_cache_path(k) for k in keys], lambda i: _load_cached(keys[i]),
-                                      compile_and_store)
-    return [artifact for artifact, _ in found]
+    found = diskcache.load_or_compute([_cache_path(keys[i]) for i in unique],
+                                      lambda j: _load_cached(keys[unique[j]]), compile_and_store)
+    by_key = {keys[i]: artifact for i, (artifact, _) in zip(unique, found)}
+    # each request gets its own parameters back (the compile may have run at another runtime value)
+    return [dataclasses.replace(by_key[key], params=params) for (_, params), key in zip(requests, keys)]
+
+
+class _Worker:
+    """One long-lived :mod:`._compile_worker` process (FlyDSL and torch imported once for every compile
+    of this process, not once per batch): it is sent the path of a batch's ``jobs.json`` and answers
+    ``done``. ``version`` is what it was started for -- the compile env and :func:`_src_version` -- so a
+    changed env or an edited source file (the worker imported the old one) starts a new worker."""
+
+    def __init__(self, env: dict[str, str], version: tuple):
+        self.version = version
+        self.owner = os.getpid()
+        self.stderr = tempfile.TemporaryFile(mode="w+", errors="replace")
+        self.proc = subprocess.Popen([sys.executable, "-m", "mxfp4_ablation._compile_worker"], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True)
+
+    def run(self, jobs_file: Path) -> bool:
+        """Compile one batch; False when the worker died (or had died) before answering."""
+        try:
+            self.proc.stdin.write(f"{jobs_file}\n")
+            self.proc.stdin.flush()
+            return self.proc.stdout.readline() == f"done {jobs_file}\n"
+        except OSError:
+            return False
+
+    def tail(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read()[-2000:]
+
+    def close(self, kill: bool = False) -> None:
+        """End the worker: at the end of its stdin (after the batch it is on), or at once (``kill``)."""
+        if kill:
+            self.proc.kill()
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        self.stderr.close()
+
+
+_worker: _Worker | None = None
+_worker_lock = threading.Lock()
+
+
+def _src_version() -> tuple:
+    """Every file under ``src/`` by path, inode, size and mtime: what a running worker has imported
+    from (a few ms; checked before every batch)."""
+    from . import sources
+
+    out = []
+    for p in sorted(sources.SRC.rglob("*")):
+        if "__pycache__" in p.parts:
+            continue
+        with contextlib.suppress(OSError):
+            st = p.stat()
+            out.append((str(p), st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _worker_for(env: dict[str, str]) -> _Worker:
+    """This process's worker for ``env`` (started, or restarted after a change; call under the lock)."""
+    global _worker
+    version = (tuple(sorted(env.items())), _src_version())
+    if _worker is not None and _worker.owner != os.getpid():
+        _worker = None  # inherited through a fork: the parent's worker, not ours to use or close
+    if _worker is not None and (_worker.version != version or _worker.proc.poll() is not None):
+        _worker.close()
+        _worker = None
+    if _worker is None:
+        _worker = _Worker(env, version)
+    return _worker
+
+
+@atexit.register
+def _close_worker(kill: bool = False) -> None:
+    global _worker
+    if _worker is not None and _worker.owner == os.getpid():
+        _worker.close(kill)
+    _worker = None
 
 
 def _run_worker(jobs: list[tuple[tuple[str, dict[str, Any]], str]], arch: str) -> list[Artifact]:
@@ -379,20 +482,23 @@ def _run_worker(jobs: list[tuple[tuple[str, dict[str, Any]], str]], arch: str) -
         spec = [{"target": t, "params": p, "key": k, "dir": str(tmpdir / f"job{n}")}
                 for n, ((t, p), k) in enumerate(jobs)]
         (tmpdir / "jobs.json").write_text(json.dumps(spec, default=str))
-        proc = subprocess.run(
-            [sys.executable, "-m", "mxfp4_ablation._compile_worker", str(tmpdir / "jobs.json")],
-            env=compile_env(arch=arch),
-            capture_output=True,
-            text=True,
-        )
+        with _worker_lock:
+            worker = _worker_for(compile_env(arch=arch))
+            try:
+                finished = worker.run(tmpdir / "jobs.json")
+            except BaseException:  # e.g. Ctrl-C while it compiles: its answer would come to nobody
+                _close_worker(kill=True)
+                raise
+            if not finished:
+                tail = worker.tail()
+                _close_worker()
+                missing = next(j for j in spec if not _read(Path(j["dir"]) / "status.json"))
+                raise ToolchainError(f"compile worker died before finishing {missing['target']}:\n{tail}")
         artifacts = []
         for job in spec:
             job_dir = Path(job["dir"])
             log = _read(job_dir / "log.txt")
             status = _read(job_dir / "status.json")
-            if not status:
-                tail = (proc.stderr or proc.stdout)[-2000:]
-                raise ToolchainError(f"compile worker died before finishing {job['target']}:\n{tail}")
             info = json.loads(status)
             if not info["ok"]:
                 raise ToolchainError(

@@ -162,6 +162,15 @@ def unused_sources(params: dict) -> set:
     return steps.unused_files(name for name in SWITCHES if params.get(name))
 
 
+def runtime_params(params: dict) -> tuple:
+    """The shape parameters a compile with ``params`` takes at run time instead of baking them into the
+    code: M and N (kernel arguments; here they only pick the grid), unless ``static_prologue`` makes them
+    constants (:func:`build`). The compile cache key leaves them out, so one compile serves every M, N
+    (``tests/test_toolchain.py`` checks that the ISA is byte-identical where the key is shared)."""
+    switches = _fam().resolve(params.get("variant_name"), {n: v for n, v in params.items() if n in SWITCHES})
+    return () if switches.get("static_prologue") else ("M", "N")
+
+
 def make_inputs(M: int, N: int, K: int, seed: int = 0, lazy: bool = False) -> dict:
     """Random MXFP4 GEMM inputs in the kernel's layouts (keys = ARG_NAMES), plus the
     unshuffled ``A_q, B_q, A_s, B_s`` for references.  Uses ``mxfp4_ablation.reference``
