@@ -582,6 +582,36 @@ def cv_table(table=None):
     return t[t["kind"].isin(["cv_point", "cv_ratio", "validate", "validate_sign"])][cols].reset_index(drop=True)
 
 
+def mechanism_summary(path: str | Path | None = None):
+    """``experiments/reference/timing_mechanisms.csv`` (written by ``fit --write``) as one row per mechanism
+    switched off and parameter handling (fixed / refit): the after/before speed-up error (pp) at each of
+    PR #990's shapes, the aiter-asm/after errors, the mean |TFLOPS error| (%) and the MoE validation
+    ratios (modelled, the published value in the column name)."""
+    import pandas as pd
+
+    path = Path(path) if path is not None else paths.reference_dir() / MECHANISMS_CSV
+    if not path.is_file():
+        raise UsageError(f"no mechanism table at {path}; run `{command_text()}`")
+    t = pd.read_csv(path)
+    is_gemm = t["case"].isin(["after_990/before_990", "aiter_asm/after_990"])
+    gemm = t[is_gemm].copy()
+    gemm["shape"] = gemm["M"].astype(int).astype(str) + "x" + gemm["N"].astype(str).str.replace(r"\.0$", "", regex=True) \
+        + "x" + gemm["K"].astype(str).str.replace(r"\.0$", "", regex=True)
+    keys = ["mechanism_off", "params"]
+    order = list(dict.fromkeys(zip(t["mechanism_off"], t["params"])))
+    ab = gemm[gemm["case"] == "after_990/before_990"].pivot_table(index=keys, columns="shape", values="error")
+    ab.columns = [f"after/before {c} (pp)" for c in ab.columns]
+    aa = gemm[gemm["case"] == "aiter_asm/after_990"].groupby(keys)["error"].agg(lambda x: float(np.abs(x).max()))
+    tf = gemm.groupby(keys)["mean_abs_tflops_error"].mean()
+    out = ab.join(aa.rename("max |aiter-asm/after| (pp)")).join(tf.rename("mean |TFLOPS error| (%)"))
+    moe = t[~is_gemm & t["modelled"].notna()]
+    for case, g in moe.groupby("case", sort=False):
+        pub, unit = g["published"].iloc[0], str(g["unit"].iloc[0])
+        name = f"{case} (% speed-up; published sign {pub:+g})" if "sign" in unit else f"{case} (published {pub:g})"
+        out = out.join(g.set_index(keys)["modelled"].rename(name))
+    return out.reindex(order).reset_index()
+
+
 def plot_validation(table=None):
     """Modelled vs published, one point per hardware figure: the fit points in-sample (TFLOPS, left),
     held-out speed-ups (leave-one-shape-out and the validation set, right); every number modelled
