@@ -266,8 +266,9 @@ display(moe_report.figure("published_ratios"))
 # ### MoE, *modelled*: last rung / first rung per token count, beside aiter PR #3828
 # Modelled time of `moe1-v2` / `moe1-v0` (gemm1) and `moe2-v4` / `moe2-v0` (gemm2) at the Kimi-K2.5 TP=4
 # shape for M = 16, 128, 1024 (decode, block_m 16) and 4096, 16384 (prefill, block_m 128; the timing runs
-# build only the sampled workgroups' inputs, so 16384 tokens fit in a few GB). The published column is PR #3828's change of its FlyDSL-time / HIP-time ratio, after / before (the HIP time
-# cancels), where the PR states one.
+# build only the sampled workgroups' inputs: a model run at 16384 tokens peaked at 908-921 MB, measured in
+# `experiments/bench-pipeline/README.md`). The published column is PR #3828's change of its FlyDSL-time /
+# HIP-time ratio, after / before (the HIP time cancels), where the PR states one.
 
 # %%
 moe_model = modelled_section.summary_section(moe.STUDY, report.out_dir) if modelled else None

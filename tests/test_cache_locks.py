@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from fakes import fake_kernel
 from mxfp4_ablation import diskcache, modelled, runner, toolchain
 
 _FORK = multiprocessing.get_context("fork")  # the children keep the test's stand-ins
@@ -212,7 +213,7 @@ def test_the_timing_cache_simulates_a_shared_miss_once(cache, tmp_path, monkeypa
 
     def launch(prog, grid, block, args, **kw):
         _count(counter)
-        timing = {"cycles": os.getpid(), "kernel": {"tflops": 1.0, "us": 1.0}, "model_version": "x",
+        timing = {"cycles": os.getpid(), "kernel": fake_kernel(), "model_version": "x",
                   "clock_ghz": 2.4, "by_instruction": {}}
         return SimpleNamespace(timing=timing, seconds=0.0)
 
@@ -223,6 +224,23 @@ def test_the_timing_cache_simulates_a_shared_miss_once(cache, tmp_path, monkeypa
         "s_endpgm", (1, 1, 1), (64, 1, 1), lambda: [], flops=1.0).items() if k in ("cycles", "cached")}, tmp_path)
     assert len(counter.read_text().splitlines()) == 1
     assert sorted(g["cached"] for g in got) == [False, True] and got[0]["cycles"] == got[1]["cycles"]
+
+
+def test_the_timeline_cache_simulates_a_shared_miss_once(cache, tmp_path, monkeypatch):
+    from mxfp4_ablation.studies import modelled_runs
+
+    counter = tmp_path / "counter"
+
+    def rows(variant, shape, prep, sample, iterations):
+        _count(counter)
+        time.sleep(SLOW / 5)
+        return [{"track": "wave0", "start": 0, "end": os.getpid()}]
+
+    monkeypatch.setattr(modelled, "_prepare", lambda v, s, seed: {"isa_key": "k"})
+    monkeypatch.setattr(modelled_runs, "_timeline_rows", rows)
+    got = _in_two_processes(lambda: modelled_runs.timeline("gemm-v1", (256, 256, 3072), sample=1)["end"].tolist(),
+                            tmp_path)
+    assert len(counter.read_text().splitlines()) == 1 and got[0] == got[1]
 
 
 def _fake_emulator(monkeypatch, counter: Path):

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fakes import fake_kernel
 from mxfp4_ablation import modelled, paths, sources, toolchain
 
 
@@ -74,7 +75,7 @@ class _FakeEmu:
 
     def launch(self, prog, grid, block, args, **kw):
         self.launches += 1
-        timing = {"cycles": 100 + self.launches, "kernel": {"tflops": 1.0, "us": 1.0}, "model_version": "x",
+        timing = {"cycles": 100 + self.launches, "kernel": fake_kernel(), "model_version": "x",
                   "clock_ghz": 2.4, "by_instruction": {}}
         return SimpleNamespace(timing=timing, seconds=0.0)
 

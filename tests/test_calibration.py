@@ -13,8 +13,8 @@ from mxfp4_ablation import calibration as CAL
 
 def _kern(cycles=300000.0, flops=2.0 * 8192 ** 3, rounds=4, n_bytes=10 ** 8):
     p = Params()
-    k = {"compute_cycles": cycles, "bytes_hbm": n_bytes, "bytes_l2": n_bytes, "launch_us": 2.0, "flops": flops,
-         "rounds": rounds, "us": 0.0}
+    k = {"compute_cycles": cycles, "bytes_buffers": n_bytes, "bytes_l2": n_bytes, "launch_us": 2.0, "flops": flops,
+         "rounds": rounds, "round_scale": 1.0, "memory": None, "us": 0.0}
     return grid.at_clock(k, p.clock_sustained_ghz, p)
 
 
@@ -170,3 +170,18 @@ def test_calibration_figures_draw_from_the_committed_table():
     for fig in (CAL.plot_validation(), CAL.plot_residuals()):
         assert fig.axes and any(ax.collections or ax.patches for ax in fig.axes)
         plt.close(fig)
+
+
+def test_mechanism_table_switches_each_mechanism_off_fixed_and_refit():
+    truth = {"power.ref_ghz": 1.3, "power.operand_weight_per_byte": 2e-4, "power.round_overhead_us": 3.0}
+    rows = _synthetic_rows(truth)
+    t = CAL.mechanism_table(rows, truth)
+    full = [r for r in t if r["mechanism_off"] == "none"]
+    assert full and all(abs(r["error"]) < 0.05 for r in full)      # the synthetic points are the model's own
+    assert {r["mechanism_off"] for r in t} == {"none"} | {k for k, _, _ in CAL.MECHANISMS}
+    # the per-round overhead off: every speed-up moves (fixed), and a refit without it is reported too
+    off = [r for r in t if r["mechanism_off"] == "power.round_overhead_us"]
+    assert {r["params"] for r in off} == {"fixed", "refit"}
+    assert max(abs(r["error"]) for r in off if r["params"] == "fixed") > 0.05
+    # the constant clock has nothing to refit
+    assert {r["params"] for r in t if r["mechanism_off"] == "power.enabled"} == {"fixed"}

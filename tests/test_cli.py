@@ -215,6 +215,24 @@ def test_the_size_limit_is_checked_before_allocating(monkeypatch, capsys):
     assert rc == 2 and "limit is 0.0 GiB" in err and "MXFP4_MAX_INPUT_GIB" in err
 
 
+def test_model_builds_only_the_sampled_data_so_the_eager_size_limit_does_not_apply(monkeypatch, capsys):
+    """`model` maps the inputs lazily (sampled workgroups only): a limit that refuses `verify` lets it run."""
+    from mxfp4_ablation import modelled
+
+    reached = []
+
+    def model(variant, shape, **kw):
+        reached.append(variant)
+        return {"variant": variant, "kernel": {"tflops": 1.0, "us": 1.0, "bound": "memory", "rounds": 1},
+                "model_version": "x", "clock_ghz": 2.4, "cycles": 1, "cycles_per_mfma_loop": None, "mfma_busy": [],
+                "exposed": {}, "sampled_workgroups": [[0, 0, 0]], "grid_workgroups": 256}
+
+    monkeypatch.setenv("MXFP4_MAX_INPUT_GIB", "0.001")
+    monkeypatch.setattr(modelled, "model", model)
+    rc, out, err = _in_process(capsys, "model", "moe2-v0", "--shape", "4096,385,7168,512,9,128")
+    assert rc == 0 and reached == ["moe2-v0"], err
+
+
 def test_doctor_fails_for_a_linker_that_does_not_run(tmp_path):
     """A $ROCM_PATH/llvm/bin/ld.lld that exists but does not run is reported, not 'ok'."""
     lld = tmp_path / "llvm" / "bin" / "ld.lld"

@@ -56,10 +56,13 @@ BOUNDS = {"power.ref_ghz": (0.5, 2.4), "power.operand_weight_per_byte": (0.0, 5e
           "power.round_overhead_us": (0.0, 50.0)}
 POINTS_CSV = "hardware_points.csv"
 CALIBRATION_CSV = "calibration.csv"
+MECHANISMS_CSV = "timing_mechanisms.csv"
 POINT_COLUMNS = ["point", "role", "kernel", "stage", "commit", "M", "N", "K", "shape", "metric", "value", "unit",
                  "source_url", "note"]
 CAL_COLUMNS = ["label", "kind", "scheme", "held_out", "name", "stage", "M", "N", "K", "modelled", "published",
                "error", "unit", "stderr", "model_version", "model_fingerprint", "command"]
+MECH_COLUMNS = ["label", "mechanism_off", "value_off", "what", "params", "case", "M", "N", "K", "modelled",
+                "published", "error", "unit", "mean_abs_tflops_error", "model_version", "model_fingerprint", "command"]
 GEMM_STAGES = ("before_990", "after_990", "aiter_asm")
 STAGE_COMMIT = {"before_990": "daee90e4", "after_990": "741f3d6d"}
 LEVEL = 0.9
@@ -104,16 +107,23 @@ def _params(theta: dict):
 
 
 def predict_us(raw: dict, theta: dict) -> float:
-    """Kernel time (us) of one cached modelled result at power parameters ``theta`` (no re-simulation)."""
-    from gfx950emu.timing import power
+    """Kernel time (us) of one cached modelled result at post-hoc parameters ``theta`` (``[power]``,
+    ``[memory]``; no re-simulation).  ``power.enabled = False`` in ``theta``: the constant clock."""
+    from gfx950emu.timing import grid, power
 
-    return float(power.time_us(raw["kernel"], raw["activity"], _params(theta)))
+    p = _params(theta)
+    if not power.enabled(p):
+        return float(grid.times(raw["kernel"], p.clock_sustained_ghz, p)["us"])
+    return float(power.time_us(raw["kernel"], raw["activity"], p))
 
 
 def predict(raw: dict, theta: dict) -> dict:
-    from gfx950emu.timing import power
+    from gfx950emu.timing import grid, power
 
-    return power.apply(raw["kernel"], raw["activity"], _params(theta))
+    p = _params(theta)
+    if not power.enabled(p):
+        return grid.at_clock(raw["kernel"], p.clock_sustained_ghz, p)
+    return power.apply(raw["kernel"], raw["activity"], p)
 
 
 def model_fit_points(points: list[dict], upstream_out, aiter_co=None, sample: int = 1) -> list[dict]:
@@ -343,6 +353,50 @@ def uncertainty(residuals_pp: Sequence[float], *, level: float = LEVEL, n_boot: 
             "half_width_pp": t * spread * math.sqrt(1 + 1 / n), "residuals_pp": [float(x) for x in r]}
 
 
+# ============================================================================ mechanisms
+
+#: each post-hoc mechanism of the model and the value that switches it off (``gfx950.toml``; the table
+#: re-evaluates cached cycle results, see :func:`mechanism_table`)
+MECHANISMS = (
+    ("memory.queues", False, "bandwidth shares off: the CU's own L2 path only"),
+    ("memory.touched_floor", False, "HBM floor over whole touched buffers"),
+    ("memory.hbm_sustained_fraction", 1.0, "HBM at its 8 TB/s peak"),
+    ("power.enabled", False, "constant clock ([clock].sustained_ghz)"),
+    ("power.round_overhead_us", 0.0, "no per-round overhead"),
+)
+
+
+def mechanism_table(rows: list[dict], theta: dict, points: list[dict] | None = None, *,
+                    mechanisms=MECHANISMS) -> list[dict]:
+    """PR #990's points with each mechanism switched off in turn: per shape the after/before and
+    aiter-asm/after speed-up errors (pp) and the mean absolute TFLOPS error, at the full model's fitted
+    ``theta`` ("fixed") and with the fitted parameters fitted again without the mechanism ("refit";
+    a fitted parameter that is the switch itself stays off).  With ``points``, the MoE validation
+    ratios too (:func:`moe_validation`, at the fixed parameters).  Every number is modelled."""
+    out = []
+    for key, off, what in (("", None, "full model"),) + tuple(mechanisms):
+        extra = {key: off} if key else {}
+        params = tuple(q for q in FIT_PARAMS if q not in extra)
+        fits = [("fixed", {**theta, **extra})]
+        if key and key != "power.enabled":  # the constant clock has no fitted parameter
+            fits.append(("refit", {**fit(rows, params, fixed=extra)["values"], **extra}))
+        for how, th in fits:
+            pts = point_table(rows, th)
+            base = {"label": LABEL, "mechanism_off": key or "none", "value_off": "" if off is None else off,
+                    "what": what, "params": how}
+            for q in ratio_rows(rows, th):
+                shape_pts = [x for x in pts if (x["M"], x["N"], x["K"]) == (q["M"], q["N"], q["K"])]
+                out.append({**base, "case": q["name"], "M": q["M"], "N": q["N"], "K": q["K"],
+                            "modelled": q["modelled"], "published": q["published"], "error": q["error"],
+                            "unit": "pp speed-up",
+                            "mean_abs_tflops_error": float(np.mean([abs(x["error"]) for x in shape_pts]))})
+            if points is not None and how == "fixed":
+                for v in moe_validation(points, th):
+                    out.append({**base, "case": v["name"], "M": v["M"], "N": "", "K": "", "modelled": v["modelled"],
+                                "published": v["published"], "error": v["error"], "unit": v["unit"]})
+    return out
+
+
 # ============================================================================ writing
 
 
@@ -388,13 +442,13 @@ def write_toml(result: dict, provenance: dict, path: Path | None = None, enable:
     _p._load.cache_clear()
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
+def write_csv(rows: list[dict], path: Path, columns: Sequence[str] = CAL_COLUMNS) -> None:
     tmp = Path(f"{path}.tmp")
     with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CAL_COLUMNS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow({k: _fmt(r.get(k)) for k in CAL_COLUMNS})
+            w.writerow({k: _fmt(r.get(k)) for k in columns})
     os.replace(tmp, path)
 
 
@@ -463,12 +517,18 @@ def run(upstream_out, *, aiter_co=None, sample: int = 1, write: bool = False, mo
     log(f"uncertainty (held-out, n={unc['n']}): bias {unc['bias_pp']:+.2f} pp "
         f"[{unc['bias_low_pp']:+.2f}, {unc['bias_high_pp']:+.2f}], spread {unc['spread_pp']:.2f} pp, "
         f"{int(100 * unc['level'])} % half-width {unc['half_width_pp']:.2f} pp")
+    mech = [{**common, **m} for m in mechanism_table(rows, th, points if moe else None)]
+    for m in mech:
+        if m["unit"] == "pp speed-up" and m["case"] == "after_990/before_990":
+            log(f"  mechanism off: {m['mechanism_off']:30s} {m['params']:5s} {m['M']}x{m['N']}x{m['K']}: after/before "
+                f"error {m['error']:+5.2f} pp, mean |TFLOPS error| {m['mean_abs_tflops_error']:.2f} %")
     if write:
+        write_csv(mech, paths.reference_dir() / MECHANISMS_CSV, MECH_COLUMNS)
         write_csv(table, Path(out_csv) if out_csv else paths.reference_dir() / CALIBRATION_CSV)
         write_toml(res, {"fit_set": f"{len(rows)} points of {POINTS_CSV} role=fit", "model_fingerprint": fp,
                          "command": cmd})
-        log("wrote experiments/reference/calibration.csv and gfx950.toml [power] (power clock on)")
-    return {"fit": res, "cv": cv, "validation": val, "uncertainty": unc, "table": table}
+        log(f"wrote experiments/reference/{CALIBRATION_CSV}, {MECHANISMS_CSV} and gfx950.toml [power] (power clock on)")
+    return {"fit": res, "cv": cv, "validation": val, "uncertainty": unc, "table": table, "mechanisms": mech}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -520,6 +580,36 @@ def cv_table(table=None):
     t = read_table() if table is None else table
     cols = ["scheme", "held_out", "kind", "stage", "M", "N", "K", "modelled", "published", "error", "unit"]
     return t[t["kind"].isin(["cv_point", "cv_ratio", "validate", "validate_sign"])][cols].reset_index(drop=True)
+
+
+def mechanism_summary(path: str | Path | None = None):
+    """``experiments/reference/timing_mechanisms.csv`` (written by ``fit --write``) as one row per mechanism
+    switched off and parameter handling (fixed / refit): the after/before speed-up error (pp) at each of
+    PR #990's shapes, the aiter-asm/after errors, the mean |TFLOPS error| (%) and the MoE validation
+    ratios (modelled, the published value in the column name)."""
+    import pandas as pd
+
+    path = Path(path) if path is not None else paths.reference_dir() / MECHANISMS_CSV
+    if not path.is_file():
+        raise UsageError(f"no mechanism table at {path}; run `{command_text()}`")
+    t = pd.read_csv(path)
+    is_gemm = t["case"].isin(["after_990/before_990", "aiter_asm/after_990"])
+    gemm = t[is_gemm].copy()
+    gemm["shape"] = gemm["M"].astype(int).astype(str) + "x" + gemm["N"].astype(str).str.replace(r"\.0$", "", regex=True) \
+        + "x" + gemm["K"].astype(str).str.replace(r"\.0$", "", regex=True)
+    keys = ["mechanism_off", "params"]
+    order = list(dict.fromkeys(zip(t["mechanism_off"], t["params"])))
+    ab = gemm[gemm["case"] == "after_990/before_990"].pivot_table(index=keys, columns="shape", values="error")
+    ab.columns = [f"after/before {c} (pp)" for c in ab.columns]
+    aa = gemm[gemm["case"] == "aiter_asm/after_990"].groupby(keys)["error"].agg(lambda x: float(np.abs(x).max()))
+    tf = gemm.groupby(keys)["mean_abs_tflops_error"].mean()
+    out = ab.join(aa.rename("max |aiter-asm/after| (pp)")).join(tf.rename("mean |TFLOPS error| (%)"))
+    moe = t[~is_gemm & t["modelled"].notna()]
+    for case, g in moe.groupby("case", sort=False):
+        pub, unit = g["published"].iloc[0], str(g["unit"].iloc[0])
+        name = f"{case} (% speed-up; published sign {pub:+g})" if "sign" in unit else f"{case} (published {pub:g})"
+        out = out.join(g.set_index(keys)["modelled"].rename(name))
+    return out.reindex(order).reset_index()
 
 
 def plot_validation(table=None):

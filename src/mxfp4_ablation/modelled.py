@@ -61,26 +61,32 @@ def model_fingerprint() -> str:
     from . import sources
 
     T = _timing()
-    # Parameter values only (a reworded source keeps the cache). [power] enters after the cycle simulation
-    # (gfx950emu.timing.power.apply, re-applied on every cache hit), so neither its values nor power.py are
-    # part of the key: a calibration fit re-evaluates cached cycle results. Every other file of the
-    # package is (the parameter file's values through ``values``).
-    values = {k: e["value"] for k, e in T.table().items() if not k.startswith("power.")}
+    # Parameter values only (a reworded source keeps the cache). [power] and [memory] enter after the cycle
+    # simulation (gfx950emu.timing.power.apply / grid.times with memory.py, re-applied on every cache hit),
+    # so neither their values nor power.py / memory.py are part of the key: a calibration fit or a
+    # mechanism switched off re-evaluates cached cycle results. Every other file of the package is (the
+    # parameter file's values through ``values``).
+    values = {k: e["value"] for k, e in T.table().items() if not k.startswith(_POST_HOC)}
     digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    files = {p for p in sources.tree_files(sources.SRC / "gfx950emu") if p.name != "power.py" and p.suffix != ".toml"}
-    tomls = "".join(_without_power_section(p.read_text()) for p in sorted(sources.tree_files(sources.SRC / "gfx950emu"))
-                    if p.suffix == ".toml")
+    files = {p for p in sources.tree_files(sources.SRC / "gfx950emu")
+             if p.name not in ("power.py", "memory.py") and p.suffix != ".toml"}
+    tomls = "".join(_without_post_hoc_sections(p.read_text())
+                    for p in sorted(sources.tree_files(sources.SRC / "gfx950emu")) if p.suffix == ".toml")
     code = hashlib.sha256((sources.digest(files) + sources.digest([Path(__file__)]) + tomls).encode())
     return f"{T.model_version()}+{digest}+{code.hexdigest()[:12]}"
 
 
-def _without_power_section(text: str) -> str:
-    """A parameter file's text without its ``[power]`` section (that section is re-applied after the
-    cycle simulation, so it never keys the cycle cache)."""
+#: parameter sections applied after the cycle simulation (not part of the cycle cache's key)
+_POST_HOC = ("power.", "memory.")
+
+
+def _without_post_hoc_sections(text: str) -> str:
+    """A parameter file's text without its ``[power]`` and ``[memory]`` sections (applied after the
+    cycle simulation, so they never key the cycle cache)."""
     out, skip = [], False
     for line in text.splitlines(keepends=True):
         if line.lstrip().startswith("["):
-            skip = line.strip() == "[power]"
+            skip = line.strip() in ("[power]", "[memory]")
         if not skip:
             out.append(line)
     return "".join(out)
@@ -195,25 +201,22 @@ def _prepare(variant_name: str, shape: tuple, seed: int, lazy: bool = True) -> d
             "shape_args": shape_args}
 
 
-def _reapply_power(hit: dict | None, overrides: dict | None = None) -> dict | None:
-    """A cached result at the current ``[power]`` parameters (:func:`gfx950emu.timing.power.apply`);
-    None (re-simulate) when the power clock is on and the entry predates the activity counts."""
+def _reapply(hit: dict | None, overrides: dict | None = None) -> dict | None:
+    """A cached result at the current post-hoc parameters (``[power]``: :func:`gfx950emu.timing.power.apply`;
+    ``[memory]``: :func:`gfx950emu.timing.grid.at_clock`); None (re-simulate) when the power clock is on
+    and the entry predates the activity counts."""
     if hit is None:
         return None
-    from gfx950emu.timing import Params, power
+    from gfx950emu.timing import Params, grid, power
 
     p = Params(overrides=overrides)
     if not power.enabled(p):
-        if "power" in hit.get("kernel", {}):  # cached with the power clock on: back to the constant clock
-            from gfx950emu.timing import grid
-
-            hit["kernel"] = {k: v for k, v in grid.at_clock(hit["kernel"], p.clock_sustained_ghz, p).items()
-                             if k not in ("power", "round_overhead_us")}
-            hit["clock_ghz"] = hit["kernel"]["clock_ghz"]
-        return hit
-    if not hit.get("activity"):
+        hit["kernel"] = {k: v for k, v in grid.at_clock(hit["kernel"], p.clock_sustained_ghz, p).items()
+                         if k not in ("power", "round_overhead_us")}
+    elif not hit.get("activity"):
         return None
-    hit["kernel"] = power.apply(hit["kernel"], hit["activity"], p)
+    else:
+        hit["kernel"] = power.apply(hit["kernel"], hit["activity"], p)
     hit["clock_ghz"] = hit["kernel"]["clock_ghz"]
     return hit
 
@@ -249,7 +252,7 @@ def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=N
 
     if use_cache and not trace:  # a miss another process is simulating is waited for, not run twice
         out, cached = diskcache.load_or_compute_one(
-            _cache_file(key), lambda: _reapply_power(_cache_load(key), overrides), simulate)
+            _cache_file(key), lambda: _reapply(_cache_load(key), overrides), simulate)
         out["cached"] = cached
     else:
         out = simulate()

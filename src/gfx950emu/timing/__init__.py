@@ -25,8 +25,11 @@ runs any ``.s`` file.
   the start of a middle iteration, wave 0), stall_cycles (mean per execution over all waves), reason
   (the dominant one: the ``exposed`` reasons plus ``mfma_pipe`` / ``vmem_pipe``);
 * ``kernel`` -- the grid: us, tflops, bound (compute|memory), clock_ghz, rounds, bytes_hbm, bytes_l2,
-  compute_us, compute_cycles, memory_us, launch_us, flops, flops_source (caller|mfma), cus,
-  workgroups_first_cu, footprint_bytes_per_workgroup;
+  compute_us, compute_cycles, memory_us (the chip's floor), memory_exposed_us (what the memory path and
+  floor add to the compute path), launch_us, flops, flops_source (caller|mfma), cus, workgroups_first_cu,
+  footprint_bytes_per_workgroup, ``memory`` (the sampled CU's VMEM stream for
+  :mod:`gfx950emu.timing.memory`: bytes per 128-cycle bin weighted by each buffer's miss share, the
+  compulsory bytes);
 * ``activity`` -- event counts of the sampled workgroups for the power-limited clock
   (:mod:`gfx950emu.timing.power`: MFMA passes, operand bytes read with and without operand reuse,
   LDS / VMEM bytes, VALU instructions); ``kernel["power"]`` says the clock it gave when ``[power]``
@@ -93,6 +96,7 @@ class track_touched:
         self._regions = set()
         self._pending = []
         self._npending = 0
+        self._last = None       # heap offset of the first lane of the last access (see take_region)
         self._starts, self._offsets = mem.starts, mem.offsets
         mem.starts = self._wrap(self._starts)
         mem.offsets = self._wrap(self._offsets)
@@ -103,7 +107,9 @@ class track_touched:
         def f(addrs, nbytes, line):
             out = fn(addrs, nbytes, line)
             if out.size:
-                pending.append((out[:, 0] if out.ndim == 2 else out).astype(np.int64))
+                first = out[:, 0] if out.ndim == 2 else out
+                self._last = int(first[0])
+                pending.append(first.astype(np.int64))
                 self._npending += out.shape[0]
                 if self._npending > self.FOLD:
                     self._fold()
@@ -129,6 +135,22 @@ class track_touched:
         """The memory regions (indices into ``mem.regions``) touched so far."""
         self._fold()
         return self._regions
+
+    def take_region(self) -> int:
+        """The memory region (index into ``mem.regions``) the last access since the previous call
+        addressed (its first lane), or -1 when nothing was accessed (no active lane)."""
+        off, self._last = self._last, None
+        if off is None:
+            return -1
+        return int(np.searchsorted(self.mem._starts, off, side="right") - 1)
+
+    def region_lines(self) -> dict:
+        """``{region index: touched 128-byte lines}`` of the argument buffers."""
+        lines = np.fromiter(self.lines, dtype=np.int64, count=len(self.lines))
+        reg = np.searchsorted(self.mem._starts, lines * self.LINE, side="right") - 1
+        ks, counts = np.unique(reg, return_counts=True)
+        return {int(k): int(c) for k, c in zip(ks, counts) if 0 <= k < len(self.mem.regions)
+                and self.mem.regions[k][0].startswith("arg")}
 
     def detach(self):
         self.mem.starts, self.mem.offsets = self._starts, self._offsets
@@ -165,15 +187,18 @@ def simulate(L, wgs, make_waves, *, sample=None, flops=None, params=None, overri
                 raise ValueError(f"sampled workgroup {wg} is not in the grid")
     share = len(first_cu_workgroups(wgs, p, occ))
     static = analyse(prog, p)
-    cu = CU(prog, p, static, make_waves, occ, trace=trace)
+    cu = CU(prog, p, static, make_waves, occ, trace=trace, probe=touched)
     with np.errstate(all="ignore"):
         cu.run(chosen)
     out = summarise(prog, p, cu, nwaves)
     out["sampled_workgroups"] = [list(map(int, wg)) for wg in chosen]
     sim_cycles = max(r["end"] for r in cu.wg_records)
+    ncu = int(p.device_xcds) * int(p.device_cus_per_xcd)
+    memory = _grid.memory_record(cu, touched, n_wg=len(wgs), sampled=len(chosen), occupancy=occ,
+                                 sim_cycles=sim_cycles, cus=ncu)
     kern = _grid.kernel(p, prog, L, n_wg=len(wgs), share=share, sampled=len(chosen), sim_cycles=sim_cycles,
                         occupancy=occ, vmem_bytes=cu.vmem_bytes, mfma_flops=cu.mfma_flops,
-                        flops=flops, touched=touched)
+                        flops=flops, touched=touched, memory=memory)
     # the one place cycles become seconds besides grid.kernel: the power-limited clock (power.py);
     # a no-op while [power].enabled is false
     out["activity"] = _power.activity(prog, static, cu.count_by_ins, sim_cycles=sim_cycles, n_wg=len(wgs),

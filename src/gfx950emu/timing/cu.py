@@ -209,8 +209,9 @@ class TWave:
 class CU:
     """One compute unit running a list of workgroups (``occupancy`` of them resident at once)."""
 
-    def __init__(self, prog, params, static, make_waves, occupancy, hot=None, trace=False):
+    def __init__(self, prog, params, static, make_waves, occupancy, hot=None, trace=False, probe=None):
         self.prog, self.p, self.st = prog, params, static
+        self.probe = probe                  # track_touched: the buffer each VMEM op's lanes address
         self.make_waves = make_waves        # wg -> list of emulator Waves (initialised)
         self.occ = max(1, int(occupancy))
         self.fns = [d.fn for d in prog.decoded]
@@ -228,6 +229,7 @@ class CU:
         self.mfma_count = 0
         self.mfma_flops = 0
         self.vmem_bytes = 0
+        self.vmem_events = ([], [], [], [])  # per VMEM op: issue cycle, bytes, store?, buffer (region index)
         self.lines = set()
         self.lds_conflict_cycles = 0
         self.budget = 50_000_000
@@ -375,6 +377,8 @@ class CU:
         w.pc = i + 1
         w.counts[i] += 1
         r = self.fns[i](w)
+        if kind == "vmem" and self.probe is not None:
+            self.vmem_events[3].append(self.probe.take_region())
         w.executed += 1
         if w.executed > self.budget:
             raise ExecError(f"wave {w.id} executed more than {self.budget} instructions (endless loop?)")
@@ -468,6 +472,10 @@ class CU:
         self.vmem_bytes += nbytes
         data = -(-nbytes // int(p.vmem_l1_bytes_per_clock))
         start = max(t, self.vmem_free)
+        ev = self.vmem_events
+        ev[0].append(start)
+        ev[1].append(nbytes)
+        ev[2].append(st.store)
         self.vmem_free = start + max(int(p.vmem_issue_cycles), data)
         _enqueue(self.vmem_q, start, t)
         done = start + data + int(p.vmem_latency_cycles)

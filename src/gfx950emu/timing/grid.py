@@ -1,18 +1,23 @@
-"""Grid-level model of the MI355X: workgroups over 256 CUs (8 XCDs x 32), occupancy, rounds,
-a traffic floor, kernel time = max(compute, memory) + launch cost.
+"""Grid-level model of the MI355X: workgroups over 256 CUs (8 XCDs x 32), occupancy, rounds, the
+chip's shared memory levels, kernel time = max(CU path, memory floor) + launch cost.
 
-Compute path: the simulated first CU (it receives ceil(n / 256) workgroups, the most of any CU,
-so it finishes last); when fewer workgroups than its share were simulated, its time is scaled by
-share / simulated.  Memory floor: ``bytes_l2`` = bytes the sampled workgroups requested through
-VMEM, times n / simulated, over the aggregate L2 bandwidth (8 x 2048 B/clock); ``bytes_hbm`` =
-compulsory traffic, every argument buffer the sampled workgroups touch, once (the 256 MB MALL
-holds the operands of the shapes studied here), capped at ``bytes_l2``, over 8 TB/s.  Not modelled: L2 capacity misses from the
-tile order (a workgroup order whose concurrent footprint exceeds 4 MB per XCD), MALL bandwidth,
-clock ramp, DVFS.
+Compute path: the simulated first CU (it receives ceil(n / 256) workgroups, the most of any CU, so it
+finishes last); when fewer workgroups than its share were simulated, its time is scaled by share /
+simulated.  CU memory path (``[memory].queues``, :mod:`gfx950emu.timing.memory`): the same CU with its
+HBM reads and MALL writes drained at its share of the chip's bandwidth (:func:`memory_record` weights
+each request by the share of its buffer that misses every on-chip level).  Memory floor: ``bytes_l2`` =
+bytes the sampled workgroups requested through VMEM, times n / simulated, over the aggregate L2
+bandwidth (8 x 2048 B/clock); ``bytes_hbm`` = the compulsory bytes (``[memory].touched_floor``: the
+distinct lines touched per buffer, extrapolated to the grid, capped at the buffer; off: every touched
+buffer whole), capped at ``bytes_l2``, over the sustained HBM bandwidth.  Not modelled: L2 capacity
+misses from the tile order (a workgroup order whose concurrent footprint exceeds 4 MB per XCD), lines
+shared with workgroups outside the sample (only the buffer's size caps them), clock ramp.
 """
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 
 def _vgprs(prog) -> int:
@@ -41,15 +46,61 @@ def occupancy(prog, nwaves: int, lds_size: int, p) -> int:
     return max(1, min(by_waves, by_lds))
 
 
+def memory_record(cu, touched, *, n_wg: int, sampled: int, occupancy: int, sim_cycles: int, cus: int,
+                  bins: int = 128) -> dict:
+    """What the sampled CU's VMEM stream asks of the memory hierarchy (JSON-ready; evaluated at a
+    clock by :mod:`gfx950emu.timing.memory`, after the cycle simulation).
+
+    Per argument buffer ``b``: ``R_b`` bytes requested by the sampled workgroups, ``U_b`` bytes of
+    distinct 128-byte lines they touch, ``S_b`` its size.  Extrapolated to the grid (x n / sampled),
+    the compulsory bytes are ``C_b = min(S_b, U_b x n / sampled)`` and the share of a request that
+    misses every on-chip level is ``f_b = C_b / (R_b x n / sampled)``: a line that ``k`` workgroups of
+    the grid read is fetched from HBM once and hit ``k - 1`` times (mean field: every CU sees the
+    grid's average).  Per 128-cycle bin of issue time: load bytes x f (HBM reads) and store bytes x f
+    (writes, absorbed by the MALL)."""
+    ev_t, ev_b, ev_s, ev_r = cu.vmem_events
+    t = np.asarray(ev_t, dtype=np.int64)
+    nb = np.asarray(ev_b, dtype=np.float64)
+    st = np.asarray(ev_s, dtype=bool)
+    reg = np.asarray(ev_r, dtype=np.int64) if len(ev_r) == len(ev_t) else np.full(t.size, -1, np.int64)
+    regions = touched.mem.regions if touched is not None else []
+    lines = touched.region_lines() if touched is not None else {}   # no probe: every buffer unknown (f = 1)
+    scale = n_wg / max(1, sampled)
+    f = {}
+    compulsory = 0.0
+    for k, n_lines in lines.items():
+        req = float(nb[reg == k].sum())
+        if req <= 0:
+            continue
+        c = min(float(regions[k][2]), n_lines * touched.LINE * scale)
+        compulsory += c
+        f[k] = min(1.0, c / (req * scale))
+    w = nb * np.array([f.get(int(k), 1.0) for k in reg], dtype=np.float64)
+    nbin = int(sim_cycles) // bins + 1
+    idx = np.minimum(t // bins, nbin - 1)
+    read = np.bincount(idx[~st], weights=w[~st], minlength=nbin)
+    write = np.bincount(idx[st], weights=w[st], minlength=nbin)
+    return {
+        "bin_cycles": bins,
+        "read_bytes": [int(round(x)) for x in read],
+        "write_bytes": [int(round(x)) for x in write],
+        "last_read": int(t[~st].max()) if (~st).any() else 0,
+        "last_write": int(t[st].max()) if st.any() else 0,
+        "sim_cycles": int(sim_cycles),
+        "compulsory_bytes": int(round(compulsory)),
+        "miss_share": {regions[k][0]: round(v, 5) for k, v in sorted(f.items())},
+        "cus_with_work": int(min(n_wg, cus)),
+        "concurrency": round(min(sampled, occupancy) / max(1, occupancy), 5),
+    }
+
+
 def kernel(p, prog, L, *, n_wg, share, sampled, sim_cycles, occupancy, vmem_bytes, mfma_flops, flops=None,
-           clock_ghz=None, touched=None) -> dict:
-    clk = float(clock_ghz or p.clock_sustained_ghz)
+           clock_ghz=None, touched=None, memory=None) -> dict:
+    """The grid figures (see the module doc) at ``clock_ghz`` (default ``[clock].sustained_ghz``)."""
     ncu = int(p.device_xcds) * int(p.device_cus_per_xcd)
     # the first CU runs `share` workgroups, `occupancy` at a time; scale the simulated rounds up
     sim_rounds = math.ceil(sampled / occupancy) if sampled else 1
     cu_rounds = math.ceil(share / occupancy) if share else 1
-    compute_cycles = sim_cycles * cu_rounds / sim_rounds
-    compute_us = compute_cycles / (clk * 1e3)
     bytes_l2 = int(vmem_bytes * n_wg / max(1, sampled))
     if touched is not None:
         buf = touched.buffer_bytes()
@@ -57,48 +108,65 @@ def kernel(p, prog, L, *, n_wg, share, sampled, sim_cycles, occupancy, vmem_byte
     else:
         buf = sum(int(view.size) for _, view, _ in getattr(L, "mapped", []))
         footprint = None
-    bytes_hbm = int(min(buf, bytes_l2)) if bytes_l2 else int(buf)
-    l2_bw = float(p.device_l2_bytes_per_clock_per_xcd) * int(p.device_xcds) * clk * 1e9
-    mem_us = max(bytes_hbm / float(p.device_hbm_bytes_per_s), bytes_l2 / l2_bw) * 1e6
-    bound = "compute" if compute_us >= mem_us else "memory"
-    us = max(compute_us, mem_us) + float(p.device_launch_overhead_us)
     if flops is None:
         flops = mfma_flops * n_wg / max(1, sampled)
         flops_source = "mfma"
     else:
         flops_source = "caller"
-    rounds = math.ceil(n_wg / (ncu * occupancy))
-    return {
-        "us": round(us, 3),
-        "tflops": round(float(flops) / (us * 1e-6) / 1e12, 2) if us > 0 else None,
-        "bound": bound,
-        "clock_ghz": clk,
-        "rounds": int(rounds),
-        "bytes_hbm": bytes_hbm,
+    kern = {
+        "rounds": int(math.ceil(n_wg / (ncu * occupancy))),
+        "round_scale": cu_rounds / sim_rounds,
+        "compute_cycles": round(sim_cycles * cu_rounds / sim_rounds, 1),
         "bytes_l2": bytes_l2,
-        "compute_us": round(compute_us, 3),
-        "compute_cycles": round(compute_cycles, 1),
-        "memory_us": round(mem_us, 3),
+        "bytes_buffers": int(min(buf, bytes_l2)) if bytes_l2 else int(buf),
         "launch_us": float(p.device_launch_overhead_us),
         "flops": float(flops),
         "flops_source": flops_source,
         "cus": ncu,
         "workgroups_first_cu": int(share),
         "footprint_bytes_per_workgroup": footprint,
+        "memory": memory,
     }
+    return at_clock(kern, clock_ghz or p.clock_sustained_ghz, p)
+
+
+def times(kern: dict, clock_ghz: float, p) -> dict:
+    """Unrounded time figures of ``kern`` at ``clock_ghz`` (cycles and bytes fixed): the compute path
+    (simulated cycles), the CU's memory path (:func:`gfx950emu.timing.memory.cu_cycles`: the CU's share
+    of HBM and MALL bandwidth as fluid queues; ``[memory].queues``), the chip's memory floor
+    (compulsory bytes over sustained HBM bandwidth, requested bytes over L2 bandwidth)."""
+    from . import memory as _memory
+
+    clk = float(clock_ghz)
+    compute = float(kern["compute_cycles"])
+    rec = kern.get("memory")
+    queue = compute
+    if rec and bool(p.memory_queues):
+        queue = max(compute, _memory.cu_cycles(rec, clk, p) * float(kern["round_scale"]))
+    hbm_bytes = kern["bytes_buffers"]
+    if rec and bool(p.memory_touched_floor):
+        hbm_bytes = min(hbm_bytes, rec["compulsory_bytes"]) if hbm_bytes else rec["compulsory_bytes"]
+    hbm_bw = float(p.device_hbm_bytes_per_s) * float(p.memory_hbm_sustained_fraction)
+    l2_bw = float(p.device_l2_bytes_per_clock_per_xcd) * int(p.device_xcds) * clk * 1e9
+    mem_us = max(hbm_bytes / hbm_bw, kern["bytes_l2"] / l2_bw) * 1e6
+    compute_us = compute / (clk * 1e3)
+    queue_us = queue / (clk * 1e3)
+    us = max(queue_us, mem_us) + float(kern["launch_us"])
+    return {"clock_ghz": clk, "compute_us": compute_us, "queue_us": queue_us, "memory_us": mem_us,
+            "bytes_hbm": int(hbm_bytes), "us": us}
 
 
 def at_clock(kern: dict, clock_ghz: float, p) -> dict:
-    """The same kernel figures at another clock (compute cycles and bytes fixed)."""
+    """The kernel figures at ``clock_ghz``: ``us``, ``tflops``, ``bound`` (``memory`` when the memory
+    path or floor sets the time more than 10 % above the compute path), ``compute_us``,
+    ``memory_exposed_us`` (what the memory path adds to it), ``memory_us`` (the floor), ``bytes_hbm``."""
+    t = times(kern, clock_ghz, p)
     out = dict(kern)
-    clk = float(clock_ghz)
-    compute_us = kern["compute_cycles"] / (clk * 1e3)
-    l2_bw = float(p.device_l2_bytes_per_clock_per_xcd) * int(p.device_xcds) * clk * 1e9
-    mem_us = max(kern["bytes_hbm"] / float(p.device_hbm_bytes_per_s), kern["bytes_l2"] / l2_bw) * 1e6
-    us = max(compute_us, mem_us) + kern["launch_us"]
-    out.update(clock_ghz=clk, compute_us=round(compute_us, 3), memory_us=round(mem_us, 3), us=round(us, 3),
-               bound="compute" if compute_us >= mem_us else "memory",
-               tflops=round(kern["flops"] / (us * 1e-6) / 1e12, 2))
+    mem = max(t["queue_us"], t["memory_us"])
+    out.update(clock_ghz=t["clock_ghz"], compute_us=round(t["compute_us"], 3), memory_us=round(t["memory_us"], 3),
+               memory_exposed_us=round(max(0.0, mem - t["compute_us"]), 3), bytes_hbm=t["bytes_hbm"],
+               us=round(t["us"], 3), bound="memory" if mem > 1.1 * t["compute_us"] else "compute",
+               tflops=round(kern["flops"] / (t["us"] * 1e-6) / 1e12, 2) if t["us"] > 0 else None)
     return out
 
 

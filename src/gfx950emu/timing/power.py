@@ -12,7 +12,7 @@ The model (every parameter in ``gfx950.toml`` ``[power]``, with its source or it
     dynamic P    ~ u x a x f^3                (P = C V^2 f with V ~ f in the DVFS range)
     board cap    : u x a x f^3 <= a_ref x f_ref^3
     f            = min(f_boost, f_ref x (a_ref / (u x a))^(1/3))
-    kernel us    = compute_cycles / f  (or the memory floor)  + rounds x round_overhead_us + launch_us
+    kernel us    = compute_cycles / f  (or the memory path / floor, grid.times)  + rounds x round_overhead_us + launch_us
 
 * ``u`` = the share of CUs that hold a workgroup (a 16-workgroup decode launch lights 16 of 256 CUs:
   it runs at the boost clock); ``a_ref`` = 0.25, the activity of a CU whose 4 SIMDs each issue one
@@ -126,8 +126,8 @@ def clock(kern: dict, act: dict, p) -> dict:
 
     f = f_max
     for _ in range(8):
-        k = _grid.at_clock(kern, f, p)
-        duty = min(1.0, k["compute_us"] / max(1e-12, max(k["compute_us"], k["memory_us"])))
+        k = _grid.times(kern, f, p)
+        duty = min(1.0, k["compute_us"] / max(1e-12, k["queue_us"], k["memory_us"]))
         a = u * a0 * duty
         f_new = f_max if a <= 0 else min(f_max, f_ref * (A_REF / a) ** (1.0 / 3.0))
         if abs(f_new - f) < 1e-6:
@@ -139,12 +139,10 @@ def clock(kern: dict, act: dict, p) -> dict:
 
 def time_us(kern: dict, act: dict, p) -> float:
     """The kernel time (us) at the power-limited clock, unrounded (what a fit differentiates)."""
+    from . import grid as _grid
+
     f = clock(kern, act, p)["clock_ghz_exact"]
-    compute_us = kern["compute_cycles"] / (f * 1e3)
-    l2_bw = float(p.device_l2_bytes_per_clock_per_xcd) * int(p.device_xcds) * f * 1e9
-    mem_us = max(kern["bytes_hbm"] / float(p.device_hbm_bytes_per_s), kern["bytes_l2"] / l2_bw) * 1e6
-    return max(compute_us, mem_us) + float(kern["launch_us"]) \
-        + float(p.power_round_overhead_us) * int(kern.get("rounds", 1) or 1)
+    return _grid.times(kern, f, p)["us"] + float(p.power_round_overhead_us) * int(kern.get("rounds", 1) or 1)
 
 
 def apply(kern: dict, act: dict | None, p) -> dict:

@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
-from .. import paths, results
+from .. import diskcache, paths, results
 
 LABEL = "modelled"
 REASONS = ("vmcnt", "lgkmcnt", "barrier", "dependency", "issue", "lds_bank", "other")
@@ -153,9 +153,6 @@ def timeline(variant: str, shape: Sequence[int], iterations: int = 2, sample="au
     epilogue). Columns ``variant, shape, track, start, end, opcode, kind, line`` (cycles from the window's
     start), ``window`` (``hot loop`` / ``whole kernel``), ``window_cycles``, ``model_version, clock_ghz``.
     Cached on disk (keyed by the ISA, shape, sample and model)."""
-    import gfx950emu
-    from gfx950emu.timing import trace as _trace
-
     from .. import modelled
 
     sample = default_sample(variant, shape) if sample == "auto" else sample
@@ -164,9 +161,27 @@ def timeline(variant: str, shape: Sequence[int], iterations: int = 2, sample="au
     key = hashlib.sha256(json.dumps([prep["isa_key"], list(shape), sample, fp, iterations, variant,
                                      "whole-kernel-without-loop", modelled.inputs_digest(variant)]).encode()).hexdigest()
     cache = _timeline_cache(key)
-    hit = modelled.cache_load(key, "timing-timeline", expect=list)  # a corrupt entry is a miss: recomputed
-    if hit is not None and all(isinstance(r, dict) and {"track", "start", "end"} <= r.keys() for r in hit):
-        return pd.DataFrame(hit)
+
+    def load():
+        hit = modelled.cache_load(key, "timing-timeline", expect=list)  # a corrupt entry is a miss: recomputed
+        ok = hit is not None and all(isinstance(r, dict) and {"track", "start", "end"} <= r.keys() for r in hit)
+        return hit if ok else None
+
+    def compute():
+        rows = _timeline_rows(variant, shape, prep, sample, iterations)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        results.atomic_write_text(cache, json.dumps(rows))
+        return rows
+
+    # a miss two processes share is computed once (the per-key lock of the other caches)
+    rows, _ = diskcache.load_or_compute_one(cache, load, compute)
+    return pd.DataFrame(rows)
+
+
+def _timeline_rows(variant, shape, prep, sample, iterations) -> list:
+    import gfx950emu
+    from gfx950emu.timing import trace as _trace
+
     prog = gfx950emu.load(prep["isa"])
     res = gfx950emu.launch(prog, prep["grid"], prep["block"], prep["make_args"](), timing=True, flops=prep["flops"],
                            timing_sample=sample, timing_trace=True)
@@ -189,6 +204,4 @@ def timeline(variant: str, shape: Sequence[int], iterations: int = 2, sample="au
              "kind": iv["kind"], "line": int(iv["line"]), "window": window, "window_cycles": int(hi - lo),
              "model_version": t["model_version"], "clock_ghz": float(t["clock_ghz"])}
             for iv in ivs if iv["end"] > lo and iv["start"] < hi]
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    results.atomic_write_text(cache, json.dumps(rows))
-    return pd.DataFrame(rows)
+    return rows

@@ -156,7 +156,7 @@ def verdicts(deltas: pd.DataFrame, claims: dict) -> pd.DataFrame:
         claim = claims.get(r.variant, "")
         line = verdict(claim, r.delta_pct, r.band_pp, getattr(r, "delta_low", None), getattr(r, "delta_high", None))
         if getattr(r, "bound", None) == "memory" and getattr(r, "baseline_bound", None) == "memory":
-            line += "; both are memory-bound in the model (its memory floor hides issue-side changes)"
+            line += "; both are memory-bound in the model (the memory stream hides the issue-side changes it overlaps)"
         rows.append({"label": LABEL, "variant": r.variant, "switch": r.switch, "shape": r.shape,
                      "claim": claim, "delta_pct": r.delta_pct, "band_pp": r.band_pp,
                      "claimed_pct": (lambda s: None if s is None else f"{s[0]:g}-{s[1]:g}")(claimed_speedup(claim)),
