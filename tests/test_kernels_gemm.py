@@ -335,10 +335,12 @@ def test_every_rung_issues_its_loads_among_the_mfmas(ladder):
 @pytest.mark.slow
 def test_b_carry_folds_the_per_fragment_waits(ladder):
     b, a = _before("b_carry"), _rung("b_carry")
-    # PR #990: hot-loop s_waitcnt 68 -> 8 per 4 K steps; ours (1024x1024x3072) from dozens to 8: two
-    # folded vmcnt + lgkmcnt(0) + s_barrier per K step, nothing else.
+    # PR #990: hot-loop s_waitcnt 68 -> 8 per 4 K steps; ours (1024x1024x3072) 40 -> 8: from the two
+    # barrier waits and the compiler's per-fragment B1 waits (8) per K step to two folded vmcnt +
+    # lgkmcnt(0) + s_barrier per K step, nothing else (ours start below the seed's 68: our top wait
+    # already waits for B0, see stages.StepPerFragmentWaits).
     mb, ma = metrics.gemm_metrics(ladder[b].isa), metrics.gemm_metrics(ladder[a].isa)
-    assert mb["loop_s_waitcnt_per_4k"] >= 60 and ma["loop_s_waitcnt_per_4k"] == 8
+    assert mb["loop_s_waitcnt_per_4k"] == 40 and ma["loop_s_waitcnt_per_4k"] == 8
     waits = [i for i in _loop(ladder[a]) if i.opcode == "s_waitcnt"]
     assert all("vmcnt" in " ".join(w.operands) and "lgkmcnt(0)" in " ".join(w.operands) for w in waits)
     assert sum(1 for i in _loop(ladder[a]) if i.opcode == "s_barrier") == len(waits)
