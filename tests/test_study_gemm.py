@@ -351,7 +351,7 @@ def test_every_real_ladder_step_has_its_notebook_and_figures():
 
 
 #: Claims of the seed that our kernel does not reproduce on the ISA, found by this study (none since
-#: b_carry's "before" waits per fragment like FlyDSL's: 66 -> 8 per 4 K steps). Listed so that a change
+#: b_carry's "before" waits per B1 fragment like FlyDSL's: 40 -> 8 per 4 K steps). Listed so that a change
 #: either way (a fix, or another switch regressing) fails this test.
 KNOWN_MISSES = set()
 

@@ -47,11 +47,11 @@ so the next step's A0/B0/B1 fragments arrive as loop-carried values and the only
 folded ones (N, M from :class:`.schedule.Plan`).  Without b_carry (PR #990's "before") B1 is read in the
 step that uses it, and the waits stay per fragment::
 
-    s_waitcnt vmcnt(N) lgkmcnt(8) ; s_barrier  # stage k%2's A0 read by all; B0's 8 reads may fly
-    block (0,0)  | LDS-DMA A0 of k+2 x4, ds_read B1 of k x8   (the compiler waits lgkmcnt(n) per B0 fragment)
-    block (0,1)  | ds_read A1 of k x8, scales of k+1 x8       (... and per B1 fragment)
+    s_waitcnt vmcnt(N) lgkmcnt(0) ; s_barrier  # stage k%2's A0/B0 read by all (seed: no lgkmcnt, a race)
+    block (0,0)  | LDS-DMA A0 of k+2 x4, ds_read B1 of k x8
+    block (0,1)  | LDS-DMA B0 of k+2 x4, ds_read A1 of k x8, scales of k+1 x8 (waits per B1 fragment)
     s_waitcnt vmcnt(M) lgkmcnt(0) ; s_barrier
-    block (1,0)  | LDS-DMA B0, B1 of k+2 x8, ds_read A0 of k+1 x8, scale gather of k+3
+    block (1,0)  | LDS-DMA B1 of k+2 x4, ds_read A0 of k+1 x8, scale gather of k+3
     block (1,1)  | LDS-DMA A1 of k+2 x4, ds_read B0 of k+1 x8
 
 The loop body holds two K steps (four with k_unroll4; an even count keeps the stage

@@ -256,22 +256,32 @@ class RowMajorOrder:
 
 class StepPerFragmentWaits:
     """PR #990's "before": the B half-1 fragments are read in the step that uses them (block (0,0)'s
-    shadow, used in (0,1)), A half 1 in (0,1)'s; the top wait leaves the previous step's last 8 reads
-    (the B0 fragments this step starts with) in flight, lgkmcnt(8), and the compiler waits for them
-    fragment by fragment.  The top wait releases only A0 (refilled in block (0,0)), the middle one B0,
-    B1 and A1 (refilled in (1,0), (1,1))."""
+    shadow, used in (0,1)), A half 1 in (0,1)'s, and the compiler waits for them fragment by fragment.
+    Each block refills one half, as FlyDSL daee90e4's ``_one_step`` does (its thunk lists: A0 then the
+    B1 reads in c00, B0 then the A1 reads in c01, B1 then the next A0 reads in c10, A1 then the next B0
+    reads in c11): the top wait releases A0 and B0 (refilled in blocks (0,0), (0,1)), the middle one B1
+    and A1 (refilled in (1,0), (1,1)).
+
+    The one departure from the seed is the top wait's lgkmcnt(0).  The seed's top wait
+    (``wait_barrier``: ``s_waitcnt vmcnt(n)`` + ``s_barrier``) has no lgkmcnt, so another wave's B0
+    reads of this step, the last LDS reads before it (block (1,1) of the previous step), may still be
+    in flight when this wave's B0 DMA overwrites that half (the emulator's checker reports
+    ``lds_read_overwritten``).  Any count above 0 leaves some of those reads in flight, so lgkmcnt(0)
+    is the smallest wait that closes the race; it also makes the compiler's per-fragment waits for B0
+    in block (0,0) unnecessary (gemm-v1 at 8192^3: 22 s_waitcnt per loop trip of 2 K steps, daee90e4
+    34)."""
 
     carried = ("A0", "B0")  #: halves of the next step read in this one (loop-carried)
-    top_lgkmcnt = 8  #: LDS reads the top wait leaves in flight
+    top_lgkmcnt = 0  #: LDS reads the top wait leaves in flight
 
     @staticmethod
     def top_blocks(dma, read, mix, scales):
-        return [((0, 0), mix(dma("A0"), read("B1", 0))), ((0, 1), read("A1", 0) + scales)]
+        return [((0, 0), mix(dma("A0"), read("B1", 0))), ((0, 1), mix(dma("B0"), read("A1", 0)) + scales)]
 
     @staticmethod
     def refills(dma):
         """The halves block (1,0) refills."""
-        return dma("B0") + dma("B1")
+        return dma("B1")
 
 
 class TwoStepLoop:

@@ -21,12 +21,14 @@ SWITCH = Switch(
     "(no pinning) keeps arch_vgpr at 256 and spills (220 scratch bytes; per loop iteration 45 scratch "
     "loads, whose vmcnt waits drain the LDS-DMAs, and 376 v_accvgpr read/write/mov); the modelled step is in the "
     "generated tables (model version and interval there). Fidelity of this first rung "
-    "(gemm-v1) against FlyDSL daee90e4 at 8192^3, measured: 21 of 27 fingerprint metrics within 10 % "
-    "(arch_vgpr 246 vs 250, hot loop 501 vs 495 instructions and 33 vs 34 s_waitcnt per 2 K steps, every "
-    "LDS read and DMA issued between MFMAs as there: loop_max_lds_run 1 vs 1); outside: sgpr 53 vs 69 (-23 %, not explained yet), s_load 6 vs 8 (ours: 6 "
-    "s_load_dwordx2; upstream also 2 s_load_dword), s_waitcnt 74 vs 64 (+16 %: all of it outside the "
-    "loop, 41 vs 30: our unrolled head and tail steps wait per fragment too), s_barrier 8 vs 9 (one "
-    "barrier fewer in our tail), insts_before_first_buffer_load 229 vs 199 (+15 %).",
+    "(gemm-v1) against FlyDSL daee90e4 at 8192^3, measured: 19 of 27 fingerprint metrics within 10 % "
+    "(arch_vgpr 244 vs 250, hot loop 490 vs 495 instructions, every LDS read and DMA issued between "
+    "MFMAs as there: loop_max_lds_run 1 vs 1); outside: loop s_waitcnt 22 vs 34 per 2 K steps (-35 %, "
+    "and so per 128 MFMAs: our top wait is lgkmcnt(0), which closes the seed's LDS race on B0 and leaves "
+    "the compiler no per-fragment B0 waits; stages.StepPerFragmentWaits), sgpr 53 vs 69 (-23 %, not "
+    "explained yet), s_load 6 vs 8 (ours: 6 s_load_dwordx2; upstream also 2 s_load_dword), s_waitcnt "
+    "57 vs 64 (-11 %: 22 vs 34 in the loop, 35 vs 30 outside it), s_barrier 8 vs 9 (one barrier fewer in "
+    "our tail), insts_before_first_buffer_load 229 vs 199 (+15 %).",
     expects=(Expect("v_accvgpr_mov", "down", note="accumulator shuffling goes"),
              Expect("arch_vgpr", "down", seed_before=256, note="seed: arch VGPRs hit 256 before")),
 )
