@@ -216,7 +216,8 @@ def test_the_size_limit_is_checked_before_allocating(monkeypatch, capsys):
 
 
 def test_model_builds_only_the_sampled_data_so_the_eager_size_limit_does_not_apply(monkeypatch, capsys):
-    """`model` maps the inputs lazily (sampled workgroups only): a limit that refuses `verify` lets it run."""
+    """`model` maps the inputs lazily (sampled workgroups only): the Kimi MoE at M=4096 (19.6 GiB eager)
+    needs its packed buffers' heap only, so a limit that refuses `verify` lets it run."""
     from mxfp4_ablation import modelled
 
     reached = []
@@ -227,8 +228,10 @@ def test_model_builds_only_the_sampled_data_so_the_eager_size_limit_does_not_app
                 "model_version": "x", "clock_ghz": 2.4, "cycles": 1, "cycles_per_mfma_loop": None, "mfma_busy": [],
                 "exposed": {}, "sampled_workgroups": [[0, 0, 0]], "grid_workgroups": 256}
 
-    monkeypatch.setenv("MXFP4_MAX_INPUT_GIB", "0.001")
+    monkeypatch.setenv("MXFP4_MAX_INPUT_GIB", "6")
     monkeypatch.setattr(modelled, "model", model)
+    rc, out, err = _in_process(capsys, "verify", "moe2-v0", "--shape", "4096,385,7168,512,9,128")
+    assert rc == 2 and "the limit is 6.0 GiB" in err and not reached
     rc, out, err = _in_process(capsys, "model", "moe2-v0", "--shape", "4096,385,7168,512,9,128")
     assert rc == 0 and reached == ["moe2-v0"], err
 

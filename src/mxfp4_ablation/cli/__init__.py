@@ -191,25 +191,30 @@ def max_input_bytes() -> int:
         return 16 * _GIB
 
 
-def input_bytes(family: str, shape_kw: dict) -> int:
+def input_bytes(family: str, shape_kw: dict, lazy: bool = False) -> int:
     """About how many host bytes ``make_inputs`` + the reference take at ``shape_kw``: fp4 operands
-    (half a byte) dequantised to fp32 for the reference (4 bytes) plus e8m0 scales, bf16/fp32 outputs."""
+    (half a byte) dequantised to fp32 for the reference (4 bytes) plus e8m0 scales, bf16/fp32 outputs.
+    ``lazy``: the launch's heap for lazily mapped inputs (a timing run): the packed operands and scales
+    (0.53 bytes per element) and the bf16 outputs, no reference."""
+    per = 0.53 if lazy else 4.6
     if family == "gemm":
         M, N, K = shape_kw["M"], shape_kw["N"], shape_kw["K"]
-        return int((M * K + N * K) * 4.6 + M * N * 10)
+        return int((M * K + N * K) * per + M * N * (2 if lazy else 10))
     tokens, experts, hidden, inter, topk = (shape_kw[k] for k in ("tokens", "experts", "hidden", "inter", "topk"))
     weights = experts * 3 * inter * hidden          # w1 (gate + up) and w2
     acts = tokens * topk * (hidden + 2 * inter) + tokens * hidden
-    return int((weights + acts) * 4.6)
+    return int((weights + acts) * per + (tokens * topk * hidden * 2 if lazy else 0))
 
 
-def check_size(variant, shape: tuple[int, ...]) -> None:
-    """Refuse a shape whose inputs would not fit (one line, with the limit) before allocating any."""
-    need, limit = input_bytes(variant.family if variant.family == "gemm" else "moe", variant.shape(shape)), \
-        max_input_bytes()
+def check_size(variant, shape: tuple[int, ...], lazy: bool = False) -> None:
+    """Refuse a shape whose inputs would not fit (one line, with the limit) before allocating any
+    (``lazy``: a timing run's lazily mapped inputs, see :func:`input_bytes`)."""
+    need = input_bytes(variant.family if variant.family == "gemm" else "moe", variant.shape(shape), lazy=lazy)
+    limit = max_input_bytes()
     if need > limit:
+        what = "its lazily mapped inputs" if lazy else "its inputs and reference"
         raise UsageError(f"shape {','.join(map(str, shape))} needs about {need / _GIB:,.1f} GiB of host memory for "
-                         f"its inputs and reference; the limit is {limit / _GIB:,.1f} GiB (half this machine's "
+                         f"{what}; the limit is {limit / _GIB:,.1f} GiB (half this machine's "
                          "memory; MXFP4_MAX_INPUT_GIB overrides)")
 
 

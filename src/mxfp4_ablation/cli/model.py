@@ -32,8 +32,8 @@ def cmd_model(args: argparse.Namespace) -> int:
     if args.variant:
         variant = variants.get(args.variant)
         variant.module.check_shape(**variant.shape(shape))
-        if "lazy" not in inspect.signature(variant.module.make_inputs).parameters:
-            check_size(variant, shape)  # a lazily mapped module builds only the sampled workgroups' data
+        # a lazily mapped module builds only the sampled workgroups' data (its heap is still reserved)
+        check_size(variant, shape, lazy="lazy" in inspect.signature(variant.module.make_inputs).parameters)
     kw = dict(sample=args.sample, trace=args.trace, use_cache=not args.no_cache)
     picked = [x for x in (args.variant, args.upstream, args.aiter_co) if x]
     if len(picked) != 1:
