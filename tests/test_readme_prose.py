@@ -59,6 +59,14 @@ def _prose() -> str:
     return text
 
 
+#: a signed number as the prose writes it (typographic minus)
+_SIGNED = r"([−+][\d.]+)"
+
+
+def _signed(m: re.Match) -> tuple:
+    return tuple(float(g.replace("−", "-")) for g in m.groups())
+
+
 def _says(pattern: str) -> re.Match:
     found = re.search(pattern, " ".join(_prose().split()))
     assert found, f"the README prose no longer says {pattern!r}"
@@ -229,13 +237,13 @@ def test_the_timing_models_error_in_prose_is_the_validation_table():
     points = [float(r["error_pct"]) for r in val if r["source"] == "flydsl" and r["stage"] in ("before_990", "after_990")]
     ratios = [float(r["error_pct"]) for r in val if r["source"] == "ratio after/before"]
     asm = [float(r["modelled_tflops"]) for r in val if r["source"] == "ratio aiter_asm/after"]
-    m = _says(r"absolute TFLOPS within −([\d.]+) % \.\. \+([\d.]+) % in-sample at the PR's four shapes")
-    assert (-float(m.group(1)), float(m.group(2))) == (round(min(points), 1), round(max(points), 1))
-    m = _says(r"after/before speed-up off by −([\d.]+) \.\. \+([\d.]+) points in-sample")
-    assert (-float(m.group(1)), float(m.group(2))) == (round(min(ratios), 1), round(max(ratios), 1))
+    m = _says(rf"absolute TFLOPS within {_SIGNED} % \.\. {_SIGNED} % in-sample at the PR's four shapes")
+    assert _signed(m) == (round(min(points), 1), round(max(points), 1))
+    m = _says(rf"after/before speed-up off by {_SIGNED} \.\. {_SIGNED} points in-sample")
+    assert _signed(m) == (round(min(ratios), 1), round(max(ratios), 1))
     assert len(asm) == 4 and all(a > 1 for a in asm)  # "on the right side of 1 everywhere"
     with open(REF / "calibration.csv") as f:
         held = [float(r["error"]) for r in csv.DictReader(f)
                 if r["kind"] == "cv_ratio" and r["scheme"] == "leave-one-shape-out" and r["name"] == "after_990/before_990"]
-    m = _says(r"−([\d.]+) \.\. \+([\d.]+) points held out \(leave-one-shape-out")
-    assert (-float(m.group(1)), float(m.group(2))) == (round(min(held), 2), round(max(held), 2))
+    m = _says(rf"{_SIGNED} \.\. {_SIGNED} points held out \(leave-one-shape-out")
+    assert _signed(m) == (round(min(held), 2), round(max(held), 2))
