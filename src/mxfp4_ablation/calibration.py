@@ -109,21 +109,15 @@ def _params(theta: dict):
 def predict_us(raw: dict, theta: dict) -> float:
     """Kernel time (us) of one cached modelled result at post-hoc parameters ``theta`` (``[power]``,
     ``[memory]``; no re-simulation).  ``power.enabled = False`` in ``theta``: the constant clock."""
-    from gfx950emu.timing import grid, power
+    from gfx950emu.timing import power
 
-    p = _params(theta)
-    if not power.enabled(p):
-        return float(grid.times(raw["kernel"], p.clock_sustained_ghz, p)["us"])
-    return float(power.time_us(raw["kernel"], raw["activity"], p))
+    return float(power.evaluate_us(raw["kernel"], raw["activity"], _params(theta)))
 
 
 def predict(raw: dict, theta: dict) -> dict:
-    from gfx950emu.timing import grid, power
+    from gfx950emu.timing import power
 
-    p = _params(theta)
-    if not power.enabled(p):
-        return grid.at_clock(raw["kernel"], p.clock_sustained_ghz, p)
-    return power.apply(raw["kernel"], raw["activity"], p)
+    return power.evaluate(raw["kernel"], raw["activity"], _params(theta))
 
 
 def model_fit_points(points: list[dict], upstream_out, aiter_co=None, sample: int = 1) -> list[dict]:

@@ -202,21 +202,17 @@ def _prepare(variant_name: str, shape: tuple, seed: int, lazy: bool = True) -> d
 
 
 def _reapply(hit: dict | None, overrides: dict | None = None) -> dict | None:
-    """A cached result at the current post-hoc parameters (``[power]``: :func:`gfx950emu.timing.power.apply`;
-    ``[memory]``: :func:`gfx950emu.timing.grid.at_clock`); None (re-simulate) when the power clock is on
-    and the entry predates the activity counts."""
+    """A cached result at the current post-hoc parameters ``[power]`` and ``[memory]``
+    (:func:`gfx950emu.timing.power.evaluate`); None (re-simulate) when the power clock is on and the
+    entry predates the activity counts."""
     if hit is None:
         return None
-    from gfx950emu.timing import Params, grid, power
+    from gfx950emu.timing import Params, power
 
     p = Params(overrides=overrides)
-    if not power.enabled(p):
-        hit["kernel"] = {k: v for k, v in grid.at_clock(hit["kernel"], p.clock_sustained_ghz, p).items()
-                         if k not in ("power", "round_overhead_us")}
-    elif not hit.get("activity"):
+    if power.enabled(p) and not hit.get("activity"):
         return None
-    else:
-        hit["kernel"] = power.apply(hit["kernel"], hit["activity"], p)
+    hit["kernel"] = power.evaluate(hit["kernel"], hit.get("activity"), p)
     hit["clock_ghz"] = hit["kernel"]["clock_ghz"]
     return hit
 

@@ -162,4 +162,24 @@ def apply(kern: dict, act: dict | None, p) -> dict:
     return out
 
 
-__all__ = ["activity", "apply", "clock", "time_us", "units", "enabled", "A_REF"]
+def evaluate(kern: dict, act: dict | None, p) -> dict:
+    """A (cached) kernel dict at ``p``'s post-hoc parameters: :func:`apply` with the power clock on, the
+    constant ``[clock].sustained_ghz`` (no power figures) with it off; ``[memory]`` either way."""
+    from . import grid as _grid
+
+    if enabled(p):
+        return apply(kern, act, p)
+    return {k: v for k, v in _grid.at_clock(kern, p.clock_sustained_ghz, p).items()
+            if k not in ("power", "round_overhead_us")}
+
+
+def evaluate_us(kern: dict, act: dict | None, p) -> float:
+    """:func:`evaluate`'s kernel time, unrounded (what a fit differentiates)."""
+    from . import grid as _grid
+
+    if enabled(p):
+        return time_us(kern, act, p)
+    return _grid.times(kern, p.clock_sustained_ghz, p)["us"]
+
+
+__all__ = ["activity", "apply", "clock", "evaluate", "evaluate_us", "time_us", "units", "enabled", "A_REF"]
