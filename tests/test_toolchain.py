@@ -236,3 +236,26 @@ def test_one_worker_process_serves_every_compile_of_a_process_until_a_source_cha
     second.kill()
     second.wait()
     assert toolchain.compile(PROBE, {"rows": 16}).isa and toolchain._worker.proc is not second
+
+
+def test_a_kernel_that_traces_to_a_module_lowered_before_skips_the_lowering(tmp_path, monkeypatch):
+    """The lowering cache (issue #24): a compile-cache miss whose traced module was lowered before -- an
+    edit of the kernel's Python that traces the same -- takes that lowering's ISA; a different module, a
+    corrupt entry and ``use_cache=False`` lower for real, to the same ISA."""
+    import shutil
+
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path))
+    first = toolchain.compile(PROBE, {"rows": 64})
+    entries = list(toolchain.lowering_cache_dir().rglob("*.json"))
+    assert not first.lowering_cached and len(entries) == 1
+    shutil.rmtree(tmp_path / "compile")  # the artifact cache forgets, as after an edit of the kernel's code
+    again = toolchain.compile(PROBE, {"rows": 64})
+    assert not again.cached and again.lowering_cached
+    assert again.isa == first.isa and again.kernels == first.kernels and again.resources == first.resources
+    assert not toolchain.compile(PROBE, {"rows": 128}).lowering_cached  # another grid: another module
+    shutil.rmtree(tmp_path / "compile")
+    entries[0].write_text("{not json")
+    broken = toolchain.compile(PROBE, {"rows": 64})
+    assert not broken.lowering_cached and broken.isa == first.isa
+    fresh = toolchain.compile(PROBE, {"rows": 64}, use_cache=False)
+    assert not fresh.lowering_cached and fresh.isa == first.isa

@@ -7,6 +7,9 @@ started its own worker). It reads the path of one batch's ``jobs.json`` per line
 points FlyDSL's ISA dump at the job's folder, sends FlyDSL's stdout/stderr (C++ level too) into
 ``log.txt``, calls ``function(**params)`` to get ``(jit_launcher, args)`` and launches it (a
 compile-only launch that stops at the ISA: :func:`_without_code_object`), then writes ``status.json``.
+
+A job with a ``lowering_cache`` folder keeps FlyDSL's lowering (its MLIR passes and LLVM codegen, about
+70 % of a GEMM compile's CPU) behind a cache keyed by the traced module: :func:`_lowering_cache`.
 """
 
 from __future__ import annotations
@@ -71,17 +74,93 @@ def _without_code_object():
         compiler.prepare = classmethod(prepare)
 
 
+#: Bumped when what :func:`_lowering_cache` stores, or how it keys it, changes.
+LOWERING_CACHE_VERSION = 1
+
+
+def lowering_key(asm: str, config, backend, link_libs=None) -> str | None:
+    """The key of one lowering: FlyDSL's own artifact key of the prepared module text (``asm``: the traced
+    module without source locations, unless debug info is on), its pass pipeline and LLVM options, the
+    target, and its toolchain fingerprint (``_disk_cache_key``), under this module's version. None when
+    FlyDSL lacks those functions (another FlyDSL version: the lowering is not cached)."""
+    import hashlib
+
+    from flydsl.compiler import jit_function as jf
+
+    artifact_key, disk_key = getattr(jf, "_artifact_cache_key", None), getattr(jf, "_disk_cache_key", None)
+    if artifact_key is None or disk_key is None:
+        return None
+    key = disk_key(artifact_key(asm, config, backend, link_libs=link_libs))
+    return hashlib.sha256(f"mxfp4-lowering-{LOWERING_CACHE_VERSION}\n{key}".encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _lowering_cache(root: Path | None, dump_dir: Path, stats: dict):
+    """For the block, a lowering whose traced module, pipeline and toolchain were lowered before is not
+    lowered again: the final-ISA files it wrote under ``dump_dir`` are written again from
+    ``root/<key>.json`` and the module is returned unlowered (a compile-only launch reads nothing else of
+    it). An edit of a kernel's Python that traces to the same module -- a constant moved, a helper
+    renamed -- then costs the trace only (issue #24). ``stats`` counts ``lowered`` / ``lowering_hits``.
+    ``root`` None: every lowering runs (``stats`` still counts)."""
+    from flydsl._mlir import ir
+    from flydsl.compiler import jit_function
+
+    from . import diskcache
+
+    compiler = jit_function.MlirCompiler
+    prepare, lower = compiler.prepare.__func__, compiler.compile.__func__
+    pending: list = []
+
+    def keyed(cls, module, **kw):
+        asm, config = prepare(cls, module, **kw)
+        pending.append(None if root is None else lowering_key(asm, config, kw["backend"], kw.get("link_libs")))
+        return asm, config
+
+    def cached(cls, asm, *, func_name, config):
+        key = pending.pop() if pending else None
+        entry = None if key is None else root / key[:2] / f"{key}.json"
+        files = None
+        if entry is not None:
+            with contextlib.suppress(OSError, ValueError):
+                files = json.loads(entry.read_text())["files"]
+        if files:
+            for rel, text in files.items():
+                out = dump_dir / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(text)
+            stats["lowering_hits"] = stats.get("lowering_hits", 0) + 1
+            return ir.Module.parse(asm)
+        before = set(dump_dir.rglob("*final_isa.s"))
+        module = lower(cls, asm, func_name=func_name, config=config)
+        stats["lowered"] = stats.get("lowered", 0) + 1
+        made = {str(f.relative_to(dump_dir)): f.read_text() for f in sorted(set(dump_dir.rglob("*final_isa.s")) - before)}
+        if entry is not None and made:
+            diskcache.atomic_write_text(entry, json.dumps({"files": made}))
+        return module
+
+    compiler.prepare, compiler.compile = classmethod(keyed), classmethod(cached)
+    try:
+        yield
+    finally:
+        compiler.prepare, compiler.compile = classmethod(prepare), classmethod(lower)
+
+
 def _run(job: dict) -> dict:
     module_name, _, func_name = job["target"].partition(":")
     start = time.perf_counter()
     func = getattr(importlib.import_module(module_name), func_name)
     launcher, args = func(**job["params"])
-    with _without_code_object():
+    root = job.get("lowering_cache")
+    stats: dict = {}
+    # FlyDSL's in-process artifact memo would serve a module this worker compiled before without lowering
+    # it, so without writing its ISA dump (and the fallback below then compiled the whole code object)
+    getattr(launcher, "_mem_cache", {}).clear()
+    with _without_code_object(), _lowering_cache(root and Path(root), Path(job["dir"], "dump"), stats):
         launcher(*args)
     if not any(Path(job["dir"], "dump").glob("*/*final_isa.s")):
         # the ISA dump swallows a codegen error (e.g. ocml bitcode missing): the full pipeline raises it
         launcher(*args)
-    return {"ok": True, "seconds": time.perf_counter() - start}
+    return {"ok": True, "seconds": time.perf_counter() - start, **stats}
 
 
 def main(jobs_file: str) -> int:

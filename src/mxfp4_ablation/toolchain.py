@@ -14,7 +14,9 @@ writes the final ISA (``.s``). This module
   code depends on (less those the launcher takes at run time: :func:`key_params`), FlyDSL version and
   arch, so an unchanged kernel is never compiled twice and a changed one never served stale. A
   corrupt entry is a miss; a miss another process is compiling is waited for under a per-key lock,
-  not compiled again (:func:`diskcache.load_or_compute`).
+  not compiled again (:func:`diskcache.load_or_compute`). A miss whose kernel traces to a module
+  FlyDSL lowered before takes that lowering's ISA (:func:`lowering_cache_dir`): an edit that leaves the
+  traced module as it was costs the trace only.
 """
 
 from __future__ import annotations
@@ -167,6 +169,9 @@ class Artifact:
     compile_seconds: float
     flydsl_version: str
     log: str = ""
+    #: the compile traced the kernel but took FlyDSL's lowering from the lowering cache (the traced module
+    #: was lowered before: ``_compile_worker._lowering_cache``)
+    lowering_cached: bool = False
     cached: bool = False
 
     @property
@@ -373,7 +378,7 @@ def compile_many(
     requests = [(t, dict(p)) for t, p in requests]
     keys = [cache_key(t, p, arch) for t, p in requests]
     if not use_cache:
-        return _run_worker(list(zip(requests, keys)), arch) if requests else []
+        return _run_worker(list(zip(requests, keys)), arch, lowering=False) if requests else []
     first = {}  # key -> the first request with it: requests sharing a key share one compile
     for i, key in enumerate(keys):
         first.setdefault(key, i)
@@ -474,12 +479,21 @@ def _close_worker(kill: bool = False) -> None:
     _worker = None
 
 
-def _run_worker(jobs: list[tuple[tuple[str, dict[str, Any]], str]], arch: str) -> list[Artifact]:
+def lowering_cache_dir() -> Path:
+    """Where the compile worker keeps FlyDSL lowerings by traced module (``_compile_worker._lowering_cache``):
+    a cache miss of :func:`compile` whose kernel traces to a module lowered before skips the lowering."""
+    return paths.cache_dir() / "lowering"
+
+
+def _run_worker(jobs: list[tuple[tuple[str, dict[str, Any]], str]], arch: str, *,
+                lowering: bool = True) -> list[Artifact]:
+    """Compile ``jobs`` in this process's worker; ``lowering``: through the lowering cache (read and written)."""
     from .tempdirs import owned_tempdir  # a SIGKILLed compile's folder is removed by the next compile
 
     with owned_tempdir("compile-") as tmp:
         tmpdir = Path(tmp)
-        spec = [{"target": t, "params": p, "key": k, "dir": str(tmpdir / f"job{n}")}
+        spec = [{"target": t, "params": p, "key": k, "dir": str(tmpdir / f"job{n}"),
+                 "lowering_cache": str(lowering_cache_dir()) if lowering else None}
                 for n, ((t, p), k) in enumerate(jobs)]
         (tmpdir / "jobs.json").write_text(json.dumps(spec, default=str))
         with _worker_lock:
@@ -523,6 +537,7 @@ def _run_worker(jobs: list[tuple[tuple[str, dict[str, Any]], str]], arch: str) -
                     compile_seconds=round(info["seconds"], 3),
                     flydsl_version=flydsl_version(),
                     log=log,
+                    lowering_cached=bool(info.get("lowering_hits")) and not info.get("lowered"),
                 )
             )
         return artifacts
