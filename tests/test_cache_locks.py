@@ -193,7 +193,7 @@ def cache(monkeypatch, tmp_path):
 def test_the_compile_cache_compiles_a_shared_miss_once(cache, tmp_path, monkeypatch):
     counter = tmp_path / "counter"
 
-    def worker(jobs, arch):
+    def worker(jobs, arch, **_):
         _count(counter)
         return [toolchain.Artifact(target=t, params=p, arch=arch, key=key, isa="s_endpgm", kernels={"k": "s_endpgm"},
                                    resources={}, compile_seconds=0.0, flydsl_version="0.5.0")

@@ -144,8 +144,8 @@ def fake_compiler(monkeypatch, tmp_path):
     monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
     calls = []
 
-    def worker(jobs, arch):
-        calls.append(jobs)
+    def worker(jobs, arch, *, lowering=True):
+        calls.append((jobs, lowering))
         return [_artifact(key) for (_, key) in jobs]
 
     monkeypatch.setattr(toolchain, "_run_worker", worker)
@@ -156,8 +156,9 @@ def test_compile_without_cache_neither_reads_nor_writes(fake_compiler):
     calls, cache = fake_compiler
     toolchain.compile("mxfp4_ablation.kernels.gemm:build", {"M": 1}, use_cache=False)
     assert len(calls) == 1 and not list(cache.rglob("*.json"))
+    assert calls[0][1] is False  # nor the lowering cache
     toolchain.compile("mxfp4_ablation.kernels.gemm:build", {"M": 1})
-    assert len(calls) == 2 and list(cache.rglob("*.json"))
+    assert len(calls) == 2 and list(cache.rglob("*.json")) and calls[1][1] is True
     assert toolchain.compile("mxfp4_ablation.kernels.gemm:build", {"M": 1}).cached and len(calls) == 2
     assert not toolchain.compile("mxfp4_ablation.kernels.gemm:build", {"M": 1}, use_cache=False).cached
 
