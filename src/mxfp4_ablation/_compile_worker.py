@@ -109,11 +109,11 @@ def _lowering_cache(root: Path | None, dump_dir: Path, stats: dict):
 
     compiler = jit_function.MlirCompiler
     prepare, lower = compiler.prepare.__func__, compiler.compile.__func__
-    pending: list = []
+    pending: list = []  # the key of the latest prepared module: FlyDSL lowers right after preparing it
 
     def keyed(cls, module, **kw):
         asm, config = prepare(cls, module, **kw)
-        pending.append(None if root is None else lowering_key(asm, config, kw["backend"], kw.get("link_libs")))
+        pending[:] = [None if root is None else lowering_key(asm, config, kw["backend"], kw.get("link_libs"))]
         return asm, config
 
     def cached(cls, asm, *, func_name, config):
