@@ -254,8 +254,10 @@ def test_a_kernel_that_traces_to_a_module_lowered_before_skips_the_lowering(tmp_
     assert again.isa == first.isa and again.kernels == first.kernels and again.resources == first.resources
     assert not toolchain.compile(PROBE, {"rows": 128}).lowering_cached  # another grid: another module
     shutil.rmtree(tmp_path / "compile")
-    entries[0].write_text("{not json")
-    broken = toolchain.compile(PROBE, {"rows": 64})
-    assert not broken.lowering_cached and broken.isa == first.isa
+    for damage in ("{not json", '{"a": 1}', "[]"):
+        entries[0].write_text(damage)
+        broken = toolchain.compile(PROBE, {"rows": 64})
+        assert not broken.lowering_cached and broken.isa == first.isa
+        shutil.rmtree(tmp_path / "compile")
     fresh = toolchain.compile(PROBE, {"rows": 64}, use_cache=False)
     assert not fresh.lowering_cached and fresh.isa == first.isa
