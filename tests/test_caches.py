@@ -57,6 +57,57 @@ def test_the_compile_key_covers_the_kernel_and_the_recipe(src_copy, rel):
     assert toolchain.cache_key(target, {"M": 256}) != before, f"an edit of {rel} keeps the compile cache"
 
 
+@pytest.mark.parametrize("rel, compiled, launch", [("mxfp4_ablation/kernels/gemm/steps/05_b_carry.py", True, False),
+                                                   ("mxfp4_ablation/kernels/gemm/stages.py", True, False),
+                                                   ("mxfp4_ablation/kernels/gemm/__init__.py", True, True),
+                                                   ("mxfp4_ablation/formats.py", True, True),
+                                                   ("mxfp4_ablation/runner.py", False, True)])
+def test_an_edit_of_the_kernel_builder_keeps_the_runs_keyed_by_the_isa(src_copy, rel, compiled, launch):
+    """A code edit of a GEMM step or stage changes the compile key of a variant that has it (the ISA is
+    compiled again) but not the code digest of its emulator checks and timing runs (those key on the ISA
+    it compiles to, plus :func:`runner.launch_digest`); an edit of inputs, formats or the runner changes
+    both (the runner is no part of a compile)."""
+    from mxfp4_ablation import runner, variants
+    from mxfp4_ablation.kernels import gemm
+
+    v = variants.get("gemm-v5")
+    compile_before = toolchain._source_digest(v.target, v.params((256, 256, 3072)))
+    launch_before = runner.launch_digest(gemm)
+    with open(src_copy / rel, "a") as f:
+        f.write("\n_AN_EDIT = 1\n")
+    assert (toolchain._source_digest(v.target, v.params((256, 256, 3072))) != compile_before) is compiled
+    assert (runner.launch_digest(gemm) != launch_before) is launch
+
+
+def test_parsed_source_facts_follow_the_file_and_a_damaged_store_is_a_miss(tmp_path, monkeypatch):
+    """Each file's parse (code digests, imports) is kept on disk by file version: an edit is parsed
+    again, a damaged store is ignored (parsed again, then rewritten), a file that is not Python hashes
+    by its bytes."""
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(sources, "_facts", None)
+    f = tmp_path / "k.py"
+    f.write_text('"""doc"""\nimport mxfp4_ablation.formats\nX = 1  # one\n')
+    first = sources.file_facts(f)
+    assert first["imports"] == ["mxfp4_ablation.formats"]
+    sources.save_facts()
+    assert str(f.resolve()) in json.loads(sources._facts_file().read_text())
+    f.write_text('"""doc"""\nimport mxfp4_ablation.formats\nX = 1  # two\n')  # a comment: same code
+    second = sources.file_facts(f)
+    assert second["version"] != first["version"] and (second["code"], second["nodoc"]) == (first["code"], first["nodoc"])
+    f.write_text('"""other doc"""\nX = 2\n')
+    third = sources.file_facts(f)
+    assert third["code"] != first["code"] and third["imports"] == []
+    sources.save_facts()
+    for damage in (b"{not json", b"[1, 2]", b'{"%s": 7}' % str(f.resolve()).encode()):
+        sources._facts_file().write_bytes(damage)
+        monkeypatch.setattr(sources, "_facts", None)
+        assert sources.file_facts(f)["code"] == third["code"]
+    f.write_text("def broken(:\n")
+    assert sources.file_facts(f)["imports"] is None
+    with pytest.raises(SyntaxError):
+        sources._file_imports(f, "k", 0)
+
+
 def test_a_notebook_input_closure_has_the_package_data():
     files = {p.relative_to(sources.SRC).as_posix() for p in sources.module_closure(["gfx950emu.timing"])}
     assert "gfx950emu/timing/gfx950.toml" in files

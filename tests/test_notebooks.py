@@ -454,6 +454,69 @@ def test_a_published_run_redraws_its_figures_from_its_final_tables(monkeypatch, 
     assert drawn == [("t/mine", tmp_path)] and out == [tmp_path / "t/mine.svg"]
 
 
+def test_a_figure_the_run_drew_from_its_final_data_is_not_drawn_again(monkeypatch, tmp_path):
+    """The redraw after a run leaves a figure whose files the run wrote after its last data file; one
+    drawn before the run, one drawn before a later cell stored data, and one with a file missing are
+    drawn again."""
+    import os
+    import time
+
+    from mxfp4_ablation import figures, notebooks, plots
+
+    monkeypatch.setenv("MXFP4_FIGURES", str(tmp_path / "fig"))
+    drawn = []
+    monkeypatch.setattr(figures, "FIGURES", {})
+    monkeypatch.setattr(figures, "load", lambda: figures.FIGURES)
+    for name in ("t/fresh", "t/old", "t/stale", "t/half"):
+        figures.figure(name, run="gemm--01_x")(lambda run_dir: None)
+    monkeypatch.setattr(figures, "render", lambda name, run_dir=None, root=None: drawn.append(name) or [])
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def write(name, when_ns):
+        for f in plots.figure_paths(name):
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_bytes(b"x")
+            os.utime(f, ns=(when_ns, when_ns))
+
+    now = time.time_ns()
+    started = now - 10_000_000_000
+    write("t/old", started - 1_000_000_000)  # before the run
+    write("t/stale", started + 1_000_000_000)  # during the run, before the last table
+    table = run / "table.parquet"
+    table.write_bytes(b"t")
+    os.utime(table, ns=(started + 2_000_000_000,) * 2)
+    (run / "notebook.ipynb").write_bytes(b"{}")  # the executed notebook is copied in last: not data
+    write("t/fresh", started + 3_000_000_000)
+    write("t/half", started + 3_000_000_000)
+    plots.figure_paths("t/half")[1].unlink()
+    notebooks.redraw_figures("gemm--01_x", run, drawn_since_ns=started)
+    assert sorted(drawn) == ["t/half", "t/old", "t/stale"]
+    drawn.clear()
+    notebooks.redraw_figures("gemm--01_x", run)  # no start given (make figures' way): all of them
+    assert sorted(drawn) == ["t/fresh", "t/half", "t/old", "t/stale"]
+
+
+def test_make_reproduce_passes_the_mode_it_detected_once(monkeypatch):
+    """`make reproduce` detects the mode once (it imports torch) and passes it on; MODE still wins, and a
+    malformed value is ignored (detected again)."""
+    from mxfp4_ablation import modes
+
+    monkeypatch.delenv("MODE", raising=False)
+    monkeypatch.setenv(modes.DETECTED_ENV, "emulated\tno GPU visible; verifying in the gfx950emu emulator")
+    monkeypatch.setattr(modes, "visible_gpu", lambda: pytest.fail("detected again"))
+    assert modes.detect() == ("emulated", "no GPU visible; verifying in the gfx950emu emulator")
+    monkeypatch.setenv("MODE", "static")
+    assert modes.detect()[0] == "static"
+    monkeypatch.delenv("MODE")
+    monkeypatch.setenv(modes.DETECTED_ENV, "warp-drive\tbecause")
+    monkeypatch.setattr(modes, "visible_gpu", lambda: None)
+    assert modes.detect()[0] in ("emulated", "static")
+    out = subprocess.run([sys.executable, "-m", "mxfp4_ablation.notebooks", "detect-mode"], capture_output=True,
+                         text=True, env={**os.environ, "MODE": "static", "PYTHONPATH": str(paths.REPO_ROOT / "src")})
+    assert out.returncode == 0 and out.stdout == "static\tMODE=static set in the environment\n"
+
+
 def test_a_rerun_whose_inputs_changed_only_in_comments_is_skipped(tmp_path, monkeypatch):
     """`make reproduce` passes the stamp: a comment or layout edit of a code input reruns nothing; a code
     edit, an edit of the notebook's own text (its markdown cells are comments) or a run by hand does."""
@@ -471,7 +534,7 @@ def test_a_rerun_whose_inputs_changed_only_in_comments_is_skipped(tmp_path, monk
     nb.parent.mkdir()
     nb.write_text("# %%\n1\n")
     monkeypatch.setattr(notebooks, "notebook_dependencies", lambda source: [code])
-    monkeypatch.setattr(notebooks, "redraw_figures", lambda name, run_dir: [])
+    monkeypatch.setattr(notebooks, "redraw_figures", lambda name, run_dir, **kw: [])
     ran = []
     monkeypatch.setattr(papermill, "execute_notebook", lambda src, out, **kw: (ran.append(1), shutil.copy(src, out)))
     stamp = tmp_path / "stamps" / "x.done"

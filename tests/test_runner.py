@@ -1,5 +1,7 @@
 """The runner's edges: argument conversion, backend refusal, the gate's arithmetic."""
 
+from pathlib import Path
+
 import pytest
 from mxfp4_ablation import runner, sources
 
@@ -114,3 +116,30 @@ def test_a_stored_check_is_keyed_by_the_isa_the_inputs_and_the_code():
     assert len({key(), key("other isa"), key(seed=1), key(wave_order="reverse")}) == 4
     files = {p.name for p in sources.module_closure({"mxfp4_ablation.runner", "mxfp4_ablation.kernels.gemm"})}
     assert {"runner.py", "reference.py", "formats.py", "machine.py"} <= files
+
+
+def test_a_run_keyed_by_its_isa_leaves_the_kernel_builder_out_of_its_code_digest():
+    """The emulator checks and timing runs key on the ISA plus the code that runs besides the kernel
+    (``runner.launch_sources``): the GEMM's pipeline, stages and steps reach a run only through the ISA, so
+    they are left out (an edit of a step that keeps its ISA keeps those runs) -- while the compile key of a
+    variant with that step on still covers it. No run-side contract function lives in a builder file."""
+    import inspect
+
+    from mxfp4_ablation import toolchain, variants
+    from mxfp4_ablation.kernels import gemm, moe_gemm1
+
+    names = {p.relative_to(sources.SRC).as_posix() for p in runner.launch_sources(gemm)}
+    assert {"mxfp4_ablation/kernels/gemm/__init__.py", "mxfp4_ablation/kernels/gemm/layout.py",
+            "mxfp4_ablation/reference.py", "mxfp4_ablation/runner.py", "gfx950emu/machine.py"} <= names
+    assert not {n for n in names if "/gemm/steps/0" in n or n.endswith(("gemm/kernel.py", "gemm/stages.py"))}
+    builder = {Path(f).resolve() for f in gemm.builder_sources()}
+    for name in ("check_shape", "make_inputs", "reference", "launch_config", "kernel_args", "device_args",
+                 "flops", "bytes"):
+        assert Path(inspect.getsourcefile(getattr(gemm, name))).resolve() not in builder, name
+    step5 = next(f for f in builder if f.name == "05_b_carry.py")
+    v5 = variants.get("gemm-v5")
+    compiled = sources.module_closure({v5.target.partition(":")[0], *toolchain.COMPILE_MODULES})
+    unused = {Path(f).resolve() for f in gemm.unused_sources(v5.params((256, 256, 3072)))}
+    assert step5 in {f.resolve() for f in compiled} - unused
+    # a family without builder_sources (its switches live beside its inputs) keeps its whole closure
+    assert Path(moe_gemm1.__file__) in runner.launch_sources(moe_gemm1)

@@ -132,17 +132,17 @@ def test_a_compile_key_covers_only_the_steps_it_switches_on(monkeypatch):
 
     def hashed(name, shape=(4096, 4096, 4096)):
         seen = []
-        real = toolchain._code_bytes
+        real = toolchain._file_code_digest
 
         def spy(f):
             seen.append(Path(f).name)
             return real(f)
 
-        monkeypatch.setattr(toolchain, "_code_bytes", spy)
+        monkeypatch.setattr(toolchain, "_file_code_digest", spy)
         toolchain._file_digest.cache_clear()
         v = variants.get(name)
         toolchain._source_digest(v.target, v.params(shape))
-        monkeypatch.setattr(toolchain, "_code_bytes", real)
+        monkeypatch.setattr(toolchain, "_file_code_digest", real)
         return {s for s in seen if s[:2].isdigit()}
 
     assert hashed("gemm-v0") == set()

@@ -94,10 +94,11 @@ def _without_post_hoc_sections(text: str) -> str:
 
 def inputs_digest(variant_name: str) -> str:
     """Digest of the code that builds a study variant's launch arguments (its kernel module's import
-    closure -- ``make_inputs``, ``kernel_args``, MoE routing -- and the runner's argument packing)."""
-    from . import sources, variants
+    closure -- ``make_inputs``, ``kernel_args``, MoE routing -- and the runner's argument packing), less the
+    kernel's builder code, which reaches a run only through the ISA (:func:`.runner.launch_digest`)."""
+    from . import runner, variants
 
-    return sources.closure_digest({variants.get(variant_name).spec.module.__name__, "mxfp4_ablation.runner"})[:16]
+    return runner.launch_digest(variants.get(variant_name).spec.module)[:16]
 
 
 def _cache_file(key: str) -> Path:

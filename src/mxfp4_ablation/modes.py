@@ -43,9 +43,19 @@ def visible_gpu() -> GPU | None:
     return GPU(props.name, f"sm_{props.major}{props.minor}", "cuda")
 
 
+#: ``make reproduce`` detects the mode once and passes it to every notebook run as ``mode<TAB>reason``
+#: (each detection imports torch: ~2 CPU-s per notebook); ``MODE`` still wins.
+DETECTED_ENV = "MXFP4_DETECTED_MODE"
+
+
 def detect() -> tuple[str, str]:
-    """``(mode, reason)``; ``MODE`` in the environment wins when it names a known mode."""
+    """``(mode, reason)``; ``MODE`` in the environment wins when it names a known mode; else the mode a
+    ``make reproduce`` run detected once for all its notebooks (:data:`DETECTED_ENV`), else detected now."""
     forced = os.environ.get("MODE", "").strip()
+    if not forced:
+        mode, _, reason = os.environ.get(DETECTED_ENV, "").partition("\t")
+        if mode in MODES and reason:
+            return mode, reason
     if forced:
         if forced not in MODES:
             raise UsageError(f"MODE={forced!r} is not one of {', '.join(MODES)}")

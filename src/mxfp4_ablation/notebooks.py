@@ -30,6 +30,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -286,10 +287,7 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
     stamp file): when it records the :func:`inputs_digest` this run would have -- an edit that changed
     only comments or layout of the notebook's code inputs -- nothing runs (None); after a run the stamp
     records it."""
-    import jupytext
-    import papermill
-
-    from . import modes, results
+    from . import modes
 
     source = Path(source)
     if not source.is_file() or source.suffix != ".py":
@@ -301,6 +299,11 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
     if kept is not None:
         print(f"[{name}] inputs changed in comments or layout only: not rerun ({kept.name})", flush=True)
         return None
+    import jupytext  # after the skip check: a skipped run never pays for these imports
+    import papermill
+
+    from . import results
+
     notebook = jupytext.read(source)
     from .tempdirs import owned_tempdir
 
@@ -309,6 +312,7 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
         jupytext.write(notebook, src_ipynb)
         executed = Path(tmp) / "out" / f"{source.stem}.ipynb"
         executed.parent.mkdir()
+        started_ns = time.time_ns()
         try:
             with results.run_dir(name) as rd:
                 params = {"out_dir": str(rd.path), "mode": mode, **(parameters or {})}
@@ -331,7 +335,7 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
                 shutil.copy(executed, failed / f"{name}.ipynb")
                 print(f"[{name}] FAILED; partly executed notebook: {failed / (name + '.ipynb')}", file=sys.stderr)
             raise
-    redraw_figures(name, rd.final)
+    redraw_figures(name, rd.final, drawn_since_ns=started_ns)
     if digest is not None:
         Path(stamp).parent.mkdir(parents=True, exist_ok=True)
         results.atomic_write_text(Path(stamp), digest + "\n")
@@ -339,21 +343,35 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
     return rd.final
 
 
-def redraw_figures(name: str, run_dir: Path) -> list[Path]:
+def redraw_figures(name: str, run_dir: Path, drawn_since_ns: int | None = None) -> list[Path]:
     """Draw every registered figure of run ``name`` again from the published run's final tables, as
     ``make figures`` does: a cell may draw a figure before a later cell stores more of its data (a step's
-    speed figure before its modelled section), and what is published must not depend on cell order."""
-    from . import figures, results as results_mod
+    speed figure before its modelled section), and what is published must not depend on cell order.
+    ``drawn_since_ns`` (the run's start): a figure whose files were all written since then and after the
+    run's last data file was is left as drawn -- a redraw would read the same tables and give the same
+    bytes (figures are drawn from stored data alone, without metadata)."""
+    from . import figures, plots, results as results_mod
 
+    newest = max((p.stat().st_mtime_ns for p in Path(run_dir).rglob("*") if p.is_file() and p.suffix != ".ipynb"),
+                 default=0)
     drawn = []
     for fig in figures.load().values():
         if fig.run != name:
+            continue
+        if drawn_since_ns is not None and _drawn_after(plots.figure_paths(fig.name), max(drawn_since_ns, newest + 1)):
             continue
         try:
             drawn += figures.render(fig.name, run_dir)
         except (FileNotFoundError, results_mod.CorruptTable) as err:  # a figure this run has no data for
             print(f"[{name}] figure {fig.name} not drawn: {err}", file=sys.stderr, flush=True)
     return drawn
+
+
+def _drawn_after(files: list[Path], since_ns: int) -> bool:
+    try:
+        return bool(files) and all(f.stat().st_mtime_ns >= since_ns for f in files)
+    except OSError:  # a file is missing: draw it
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,19 +384,22 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("deps", help="print Makefile rules: each notebook's stamp and the files it depends on")
     d.add_argument("--stamps", default="experiments/.stamps")
     sub.add_parser("check-mode", help="exit 2 with one line when MODE cannot be used on this machine")
+    sub.add_parser("detect-mode", help="print the mode and why, tab-separated (make reproduce passes it on)")
     args = parser.parse_args(argv)
     if args.cmd == "deps":
         sys.stdout.write(make_rules(args.stamps))
         return 0
-    if args.cmd == "check-mode":
+    if args.cmd in ("check-mode", "detect-mode"):
         from . import modes
         from .errors import UsageError
 
         try:
-            modes.detect()
+            mode, reason = modes.detect()
         except UsageError as err:
             print(err)
             return 2
+        if args.cmd == "detect-mode":
+            print(f"{mode}\t{reason}")
         return 0
     params = {}
     for key, value in args.parameter:

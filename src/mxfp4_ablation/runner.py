@@ -19,6 +19,7 @@ The verdict -- every output passes, zero hazards -- is the project's correctness
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -365,17 +366,46 @@ def _verification_cache(key: str) -> Path:
     return paths.cache_dir() / "verify" / key[:2] / f"{key}.json"
 
 
+def launch_sources(module) -> set[Path]:
+    """The code a run of a compiled variant of kernel ``module`` executes besides the kernel itself: the
+    module's import closure (inputs, reference, arguments, launch config, MoE routing) and this module's
+    (argument packing, comparison, the emulator), less the files the kernel module says reach a launch
+    only through the compiled code (its ``builder_sources()``, if it has one: the GEMM's pipeline, stages
+    and steps)."""
+    from . import sources
+
+    ours = paths.REPO_ROOT / "src"  # the files by their names under src/ (sources.SRC may be a copy: tests)
+    skip = {Path(f).resolve().relative_to(ours.resolve()) for f in getattr(module, "builder_sources", set)()}
+    return {f for f in sources.module_closure({module.__name__, __name__})
+            if f.resolve().relative_to(sources.SRC.resolve()) not in skip}
+
+
+def launch_digest(module) -> str:
+    """Digest of :func:`launch_sources`: runs keyed by their ISA and this (an emulator check, a timing run)
+    survive an edit of a step's code that keeps the ISA; the compile key still sees every such edit."""
+    from . import sources
+
+    return _launch_digest(module, sources.SRC, sources._stamp())
+
+
+@functools.lru_cache(maxsize=64)
+def _launch_digest(module, src: Path, stamp: tuple) -> str:  # src: a copy of src/ keeps its files' times
+    from . import sources
+
+    return sources.digest(launch_sources(module))
+
+
 def _verification_key(isa: str, variant, params: dict, result: dict, opts: dict) -> str:
     """What an emulator verification computes from: the ISA, the switch set (kernel arguments follow some
-    switches), shape, seed, launch options, and the code of this module and the kernel module with
-    everything they import (inputs, reference, comparison, the emulator: ``toolchain._source_digest``)
-    -- so the summary reads the leave-one-out checks its work-first sweep ran, and a step notebook the
-    check of its predecessor that the previous step ran (issue #24), without building inputs again."""
+    switches), shape, seed, launch options, and the code besides the kernel that the run executes
+    (:func:`launch_digest`: inputs, reference, comparison, the emulator) -- so the summary reads the
+    leave-one-out checks its work-first sweep ran, a step notebook the check of its predecessor that the
+    previous step ran (issue #24), and an edit that keeps a variant's ISA keeps its checks."""
     import hashlib
 
     payload = [hashlib.sha256(isa.encode()).hexdigest(), variant.family, sorted(variant.switches),
                result["shape"], result["seed"], sorted((k, v) for k, v in opts.items() if k != "processes"),
-               toolchain._source_digest(variant.target, params, extra=(__name__,)), _emulator_digest()]
+               launch_digest(variant.module), _emulator_digest()]
     return hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()
 
 

@@ -11,8 +11,11 @@ Standard library only (``make`` runs it before any setup).
 from __future__ import annotations
 
 import ast
+import atexit
+import contextlib
 import functools
 import hashlib
+import json
 from pathlib import Path
 from typing import Iterable
 
@@ -88,14 +91,114 @@ def module_closure(modules: Iterable[str], data: bool = True) -> set[Path]:
         todo += _file_imports(path, module, path.stat().st_mtime_ns)
         if path.name == "__init__.py":  # modules no import statement can name (``01_step.py``): the package finds them
             todo += [f"{module}.{p.stem}" for p in path.parent.glob("*.py") if not p.stem.isidentifier()]
+    save_facts()
     return files
 
 
-@functools.lru_cache(maxsize=1024)
 def _file_imports(path: Path, module: str, mtime_ns: int) -> tuple[str, ...]:
-    """The modules of ours one file imports (parsed once per process and file version)."""
-    tree = ast.parse(path.read_text(), str(path))
-    return tuple(sorted(imports(tree, module, path.name == "__init__.py")))
+    """The modules of ours one file imports (parsed once per file version: :func:`file_facts`)."""
+    found = file_facts(path, module).get("imports")
+    if found is None:  # not Python: the parser's own error
+        ast.parse(path.read_text(), str(path))
+    return tuple(found)
+
+
+# --------------------------------------------------------------------------- parsed once per file version
+#: What one parse of a source file gives, kept on disk by file version (inode, size, mtime, ctime) under
+#: the cache folder: every notebook run, compile key and timing key asks the same ~100 files, and parsing
+#: and dumping their syntax trees was ~2 CPU-s of every process (issue #24). A damaged store is a miss.
+_FACTS_VERSION = 1
+_facts: dict[str, dict] | None = None
+_facts_new = False
+
+
+def _facts_file() -> Path:
+    return paths.cache_dir() / "sources" / f"facts-v{_FACTS_VERSION}.json"
+
+
+def _load_facts() -> dict[str, dict]:
+    global _facts
+    if _facts is None:
+        try:
+            loaded = json.loads(_facts_file().read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            loaded = {}
+        _facts = loaded if isinstance(loaded, dict) else {}
+    return _facts
+
+
+def save_facts() -> None:
+    """Write the facts parsed since the last save (atomically; a failure only costs a parse later)."""
+    global _facts_new
+    if not _facts_new or _facts is None:
+        return
+    from .diskcache import atomic_write_bytes  # standard library only, like this module
+
+    with contextlib.suppress(OSError):
+        atomic_write_bytes(_facts_file(), json.dumps(_facts).encode())
+        _facts_new = False
+
+
+atexit.register(save_facts)
+
+
+def _version(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def file_facts(path: Path, module: str | None = None) -> dict:
+    """One Python file's ``code`` (sha256 of its syntax tree: comments and layout do not count,
+    docstrings do), ``nodoc`` (the same without docstrings: :func:`code_bytes`) and ``imports`` (the
+    modules of ours it imports as ``module``, by default the one its path under ``src/`` names; None
+    for a file that does not parse, whose hashes are then of its bytes)."""
+    global _facts_new
+    path = Path(path)
+    key = str(path.resolve())
+    version = _version(path)
+    if module is None:
+        try:
+            rel = path.resolve().relative_to(SRC).with_suffix("")
+        except ValueError:  # not ours (a test's scratch tree): its relative imports resolve as a top module
+            rel = Path(path.stem)
+        module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+    store = _load_facts()
+    entry = store.get(key)
+    if isinstance(entry, dict) and entry.get("version") == version and entry.get("module") == module:
+        return entry
+    data = path.read_bytes()
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        raw = hashlib.sha256(data).hexdigest()
+        entry = {"code": raw, "nodoc": raw, "imports": None}
+    else:
+        entry = {"code": hashlib.sha256(ast.dump(tree).encode()).hexdigest(),
+                 "imports": sorted(imports(tree, module, path.name == "__init__.py"))}
+        entry["nodoc"] = hashlib.sha256(_strip_docstrings(tree)).hexdigest()
+    entry.update(version=version, module=module)
+    store[key] = entry
+    _facts_new = True
+    return entry
+
+
+def _strip_docstrings(tree: ast.AST) -> bytes:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False).encode()
+
+
+def code_bytes(data: bytes) -> bytes:
+    """A module's code as its syntax tree, without comments and docstrings (unparsable text: its bytes)."""
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return data
+    return _strip_docstrings(tree)
 
 
 def tree_files(folder: Path) -> set[Path]:
@@ -115,14 +218,12 @@ def digest(files: Iterable[Path], code: bool = False) -> str:
             name = file.resolve().relative_to(paths.REPO_ROOT).as_posix()
         except ValueError:
             name = file.name
-        data = file.read_bytes()
-        if code and file.suffix == ".py" and name.startswith("src/"):
-            try:
-                data = ast.dump(ast.parse(data)).encode()
-            except (SyntaxError, ValueError):
-                pass
         h.update(name.encode() + b"\0")
-        h.update(hashlib.sha256(data).digest())
+        if code and file.suffix == ".py" and name.startswith("src/"):
+            h.update(bytes.fromhex(file_facts(file)["code"]))
+        else:
+            h.update(hashlib.sha256(file.read_bytes()).digest())
+    save_facts()
     return h.hexdigest()
 
 

@@ -244,20 +244,23 @@ def _code_bytes(file: Path) -> bytes:
     """A module's code as its syntax tree, without comments and docstrings: editing a comment or a
     docstring of a kernel module keeps every compile cached (issue #24: a one-step edit reruns in
     minutes); any change to the code itself changes the digest.  Unparsable text: its raw bytes."""
-    import ast
+    from . import sources
 
-    data = file.read_bytes()
+    return sources.code_bytes(file.read_bytes())
+
+
+def _file_code_digest(file: Path) -> bytes:
+    """sha256 of :func:`_code_bytes` of a ``.py`` file under ``src/`` (parsed once per file version, kept
+    on disk: :func:`.sources.file_facts`), or of any other file's bytes."""
+    from . import sources
+
     try:
-        tree = ast.parse(data)
-    except (SyntaxError, ValueError):
-        return data
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, include_attributes=False).encode()
+        if file.suffix == ".py":
+            file.resolve().relative_to(sources.SRC)
+            return bytes.fromhex(sources.file_facts(file)["nodoc"])
+    except ValueError:  # outside src/
+        return hashlib.sha256(_code_bytes(file)).digest()
+    return hashlib.sha256(file.read_bytes()).digest()
 
 
 def _source_digest(target: str, params: dict | None = None, extra: Iterable[str] = ()) -> str:
@@ -289,6 +292,7 @@ def _source_digest(target: str, params: dict | None = None, extra: Iterable[str]
         stat = file.stat()
         digest.update(name.encode() + b"\0")
         digest.update(_file_digest(file, (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)))
+    sources.save_facts()
     return digest.hexdigest()
 
 
@@ -297,7 +301,7 @@ def _file_digest(file: Path, version: tuple[int, ...]) -> bytes:
     """sha256 of one file's :func:`_code_bytes` (``.py``) or bytes, once per process and file ``version``
     (its inode, size and times): parsing and dumping the syntax trees was most of every compile's cache
     key (0.18 CPU-s per call, each request of a :func:`compile_many` and every cache hit paid it)."""
-    return hashlib.sha256(_code_bytes(file) if file.suffix == ".py" else file.read_bytes()).digest()
+    return _file_code_digest(file)
 
 
 def flydsl_version() -> str:

@@ -80,6 +80,8 @@ FlyDSL's ``kernels/gemm/fp4_gemm_4wave.py`` (ROCm/FlyDSL; PR #990 = commit
 code.
 """
 
+from pathlib import Path
+
 from mxfp4_ablation import family as _family
 from mxfp4_ablation.errors import UsageError
 from mxfp4_ablation.family import Output
@@ -160,6 +162,18 @@ def unused_sources(params: dict) -> set:
     (:func:`.steps.unused_files`). The compile cache key and the notebooks' make rules leave them out, so
     an edit of one step recompiles and reruns only what has it on."""
     return steps.unused_files(name for name in SWITCHES if params.get(name))
+
+
+def builder_sources() -> set:
+    """The files of this package whose code reaches a launch only through the compiled kernel: the
+    pipeline (:mod:`.kernel`), its stages, slot table and issue plan, and every step file (a step acts
+    only through ``apply``). Inputs, reference, arguments and launch config are this module's and
+    :mod:`.layout`'s. A run keyed by its ISA (an emulation, a timing run: ``runner.launch_digest``) leaves
+    them out, so an edit of a step's code that keeps its ISA keeps every such run; the compile key keeps
+    them (``tests/test_runner.py`` checks both)."""
+    here = Path(__file__).parent
+    return {here / f"{name}.py" for name in ("kernel", "stages", "slots", "schedule")} | \
+        {Path(step.__file__) for step in steps.STEPS}
 
 
 def runtime_params(params: dict) -> tuple:
