@@ -149,11 +149,13 @@ $(error $(firstword $(filter _reproduce $(STAMP_DIR)/%,$(MAKECMDGOALS))) is inte
 endif
 endif
 
-# The mode is detected once here (it imports torch) and passed to every notebook run (MXFP4_DETECTED_MODE).
+# When a notebook is to run, the mode is detected once here (it imports torch) and passed to every
+# notebook run (MXFP4_DETECTED_MODE); `make -q` asks whether anything is stale, running nothing.
 reproduce: $(SETUP_STAMP) ## run every notebook (papermill) into experiments/<run-id>/, figures into figures/
 	@mkdir -p $(dir $(LOCK))
 	@set -m; \
-	if detected=$$(PYTHONPATH=src $(PYX) -m mxfp4_ablation.notebooks detect-mode 2>/dev/null); then \
+	if ! REPRODUCE_LOCK_HELD=1 $(MAKE) -q --no-print-directory _reproduce >/dev/null 2>&1 && \
+	  detected=$$(PYTHONPATH=src $(PYX) -m mxfp4_ablation.notebooks detect-mode 2>/dev/null); then \
 	  export MXFP4_DETECTED_MODE="$$detected"; fi; \
 	REPRODUCE_LOCK_HELD=1 flock -n -E 75 $(LOCK) $(MAKE) --no-print-directory \
 	  $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS)) --output-sync=line _reproduce & pid=$$!; \

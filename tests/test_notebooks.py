@@ -455,46 +455,60 @@ def test_a_published_run_redraws_its_figures_from_its_final_tables(monkeypatch, 
 
 
 def test_a_figure_the_run_drew_from_its_final_data_is_not_drawn_again(monkeypatch, tmp_path):
-    """The redraw after a run leaves a figure whose files the run wrote after its last data file; one
-    drawn before the run, one drawn before a later cell stored data, and one with a file missing are
-    drawn again."""
-    import os
-    import time
+    """After a run, a figure whose files were drawn from exactly the tables it reads in the published
+    folder (same bytes; read under the run's .partial name) is left as drawn; a table written after the
+    drawing, a figure file changed since, or a drawing that read no table at all is drawn again."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
 
-    from mxfp4_ablation import figures, notebooks, plots
+    from mxfp4_ablation import figures, results
 
     monkeypatch.setenv("MXFP4_FIGURES", str(tmp_path / "fig"))
-    drawn = []
+    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path / "exp"))
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(figures, "FIGURES", {})
     monkeypatch.setattr(figures, "load", lambda: figures.FIGURES)
-    for name in ("t/fresh", "t/old", "t/stale", "t/half"):
-        figures.figure(name, run="gemm--01_x")(lambda run_dir: None)
-    monkeypatch.setattr(figures, "render", lambda name, run_dir=None, root=None: drawn.append(name) or [])
-    run = tmp_path / "run"
-    run.mkdir()
+    calls = []
 
-    def write(name, when_ns):
-        for f in plots.figure_paths(name):
-            f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_bytes(b"x")
-            os.utime(f, ns=(when_ns, when_ns))
+    def reading(run_dir):
+        calls.append("reads")
+        df, _ = results.read_table(run_dir / "t.parquet")
+        fig, ax = plt.subplots()
+        ax.plot(df["x"])
+        return fig
 
-    now = time.time_ns()
-    started = now - 10_000_000_000
-    write("t/old", started - 1_000_000_000)  # before the run
-    write("t/stale", started + 1_000_000_000)  # during the run, before the last table
-    table = run / "table.parquet"
-    table.write_bytes(b"t")
-    os.utime(table, ns=(started + 2_000_000_000,) * 2)
-    (run / "notebook.ipynb").write_bytes(b"{}")  # the executed notebook is copied in last: not data
-    write("t/fresh", started + 3_000_000_000)
-    write("t/half", started + 3_000_000_000)
-    plots.figure_paths("t/half")[1].unlink()
-    notebooks.redraw_figures("gemm--01_x", run, drawn_since_ns=started)
-    assert sorted(drawn) == ["t/half", "t/old", "t/stale"]
-    drawn.clear()
-    notebooks.redraw_figures("gemm--01_x", run)  # no start given (make figures' way): all of them
-    assert sorted(drawn) == ["t/fresh", "t/half", "t/old", "t/stale"]
+    def blind(run_dir):
+        calls.append("blind")
+        return plt.subplots()[0]
+
+    figures.figure("t/reads", run="gemm--01_x")(reading)
+    figures.figure("t/blind", run="gemm--01_x")(blind)
+    partial = tmp_path / "exp" / "20260101T000000Z-abc-gemm--01_x.k3y.partial"
+    partial.mkdir(parents=True)
+    results.write_table(pd.DataFrame({"x": [1, 2]}), partial / "t.parquet", {"mode": "emulated"})
+    figures.render("t/reads", partial)
+    figures.render("t/blind", partial)
+    final = partial.with_name("20260101T000000Z-abc-gemm--01_x")
+    partial.rename(final)
+    calls.clear()
+    notebooks.redraw_figures("gemm--01_x", final, keep_current=True)
+    assert calls == ["blind"]
+    notebooks.redraw_figures("gemm--01_x", final)  # make figures' way: everything
+    assert calls == ["blind", "reads", "blind"]
+    calls.clear()
+    svg = tmp_path / "fig" / "t" / "reads.svg"
+    svg.write_text(svg.read_text() + "<!-- edited -->")
+    notebooks.redraw_figures("gemm--01_x", final, keep_current=True)
+    assert calls == ["reads", "blind"]
+    calls.clear()
+    results.write_table(pd.DataFrame({"x": [3, 4]}), final / "t.parquet", {"mode": "emulated"})
+    notebooks.redraw_figures("gemm--01_x", final, keep_current=True)
+    assert calls == ["reads", "blind"]
+    calls.clear()
+    other = final.with_name("20260102T000000Z-abc-gemm--01_x")
+    shutil.copytree(final, other)  # another run with the same tables: drawn again from it
+    notebooks.redraw_figures("gemm--01_x", other, keep_current=True)
+    assert calls == ["reads", "blind"]
 
 
 def test_make_reproduce_passes_the_mode_it_detected_once(monkeypatch):

@@ -13,7 +13,10 @@ the redraw).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,11 +98,55 @@ def render(name: str, run_dir: str | Path | None = None, root: str | Path | None
     plots.apply_style()
     if root is None and not publishes(Path(run_dir)):
         root = scratch_root()
-    fig = FIGURES[name].draw(Path(run_dir))
+    with results.recording_reads() as reads:
+        fig = FIGURES[name].draw(Path(run_dir))
     try:
-        return plots.savefig(fig, name, root=root)
+        out = plots.savefig(fig, name, root=root)
     finally:
         plt.close(fig)
+    _record_drawn(name, Path(run_dir), reads, out)
+    return out
+
+
+def _drawn_record(name: str) -> Path:
+    return paths.cache_dir() / "figure-inputs" / f"{name}.json"
+
+
+def _sha(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _record_drawn(name: str, run_dir: Path, reads: dict, out: list[Path]) -> None:
+    """What figure ``name`` was just drawn from (the tables it read, by content) and what it wrote."""
+    record = {"run_dir": str(run_dir.resolve()), "inputs": reads,
+              "outputs": {str(p.resolve()): _sha(p) for p in out}}
+    with contextlib.suppress(OSError):
+        results.atomic_write_text(_drawn_record(name), json.dumps(record))
+
+
+def drawn_from(name: str, run_dir: str | Path) -> bool:
+    """Whether figure ``name``'s files are the last drawing of it and were drawn from exactly the tables it
+    would read now in ``run_dir``: every table it read has the same bytes (one read under the run's
+    ``.partial`` folder counts as the same file of the published ``run_dir``), and it read at least one.
+    A redraw would then give the same bytes (figures are drawn from stored data alone)."""
+    try:
+        record = json.loads(_drawn_record(name).read_text())
+        drawn_in, inputs, outputs = Path(record["run_dir"]), dict(record["inputs"]), dict(record["outputs"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+    run_dir = Path(run_dir).resolve()
+    if not inputs or not outputs or drawn_in.name.split(".")[0] != run_dir.name:
+        return False
+    for path, sha in inputs.items():
+        p = Path(path)
+        if p.is_relative_to(drawn_in):
+            p = run_dir / p.relative_to(drawn_in)
+        if _sha(p) != sha:
+            return False
+    return all(_sha(Path(p)) == sha for p, sha in outputs.items())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,6 @@ import os
 import shutil
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -312,7 +311,6 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
         jupytext.write(notebook, src_ipynb)
         executed = Path(tmp) / "out" / f"{source.stem}.ipynb"
         executed.parent.mkdir()
-        started_ns = time.time_ns()
         try:
             with results.run_dir(name) as rd:
                 params = {"out_dir": str(rd.path), "mode": mode, **(parameters or {})}
@@ -335,7 +333,7 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
                 shutil.copy(executed, failed / f"{name}.ipynb")
                 print(f"[{name}] FAILED; partly executed notebook: {failed / (name + '.ipynb')}", file=sys.stderr)
             raise
-    redraw_figures(name, rd.final, drawn_since_ns=started_ns)
+    redraw_figures(name, rd.final, keep_current=True)
     if digest is not None:
         Path(stamp).parent.mkdir(parents=True, exist_ok=True)
         results.atomic_write_text(Path(stamp), digest + "\n")
@@ -343,35 +341,23 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
     return rd.final
 
 
-def redraw_figures(name: str, run_dir: Path, drawn_since_ns: int | None = None) -> list[Path]:
+def redraw_figures(name: str, run_dir: Path, keep_current: bool = False) -> list[Path]:
     """Draw every registered figure of run ``name`` again from the published run's final tables, as
     ``make figures`` does: a cell may draw a figure before a later cell stores more of its data (a step's
     speed figure before its modelled section), and what is published must not depend on cell order.
-    ``drawn_since_ns`` (the run's start): a figure whose files were all written since then and after the
-    run's last data file was is left as drawn -- a redraw would read the same tables and give the same
-    bytes (figures are drawn from stored data alone, without metadata)."""
-    from . import figures, plots, results as results_mod
+    ``keep_current``: a figure whose files were drawn from exactly the tables it would read now is left
+    as it is (:func:`.figures.drawn_from`; its redraw would give the same bytes)."""
+    from . import figures, results as results_mod
 
-    newest = max((p.stat().st_mtime_ns for p in Path(run_dir).rglob("*") if p.is_file() and p.suffix != ".ipynb"),
-                 default=0)
     drawn = []
     for fig in figures.load().values():
-        if fig.run != name:
-            continue
-        if drawn_since_ns is not None and _drawn_after(plots.figure_paths(fig.name), max(drawn_since_ns, newest + 1)):
+        if fig.run != name or (keep_current and figures.drawn_from(fig.name, run_dir)):
             continue
         try:
             drawn += figures.render(fig.name, run_dir)
         except (FileNotFoundError, results_mod.CorruptTable) as err:  # a figure this run has no data for
             print(f"[{name}] figure {fig.name} not drawn: {err}", file=sys.stderr, flush=True)
     return drawn
-
-
-def _drawn_after(files: list[Path], since_ns: int) -> bool:
-    try:
-        return bool(files) and all(f.stat().st_mtime_ns >= since_ns for f in files)
-    except OSError:  # a file is missing: draw it
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:

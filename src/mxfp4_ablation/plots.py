@@ -165,26 +165,17 @@ def _box(b) -> str:
     return f"[{b.x0:.0f},{b.y0:.0f} .. {b.x1:.0f},{b.y1:.0f}]"
 
 
-FORMATS = ("svg", "png")
-
-
-def figure_paths(name: str, root: str | Path | None = None, formats=FORMATS) -> list[Path]:
-    """Where :func:`savefig` puts figure ``name``: ``<figures>/<name>.<fmt>`` (or under ``root``)."""
+def savefig(fig, name: str, root: str | Path | None = None, formats=("svg", "png")) -> list[Path]:
+    """Save ``fig`` as ``<figures>/<name>.<fmt>`` atomically, without metadata; return the paths."""
     parts = name.split("/")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*", name) or {".", ".."} & set(parts):
         raise ValueError(f"figure name {name!r} must be a relative path of plain names")
     root = Path(root) if root is not None else paths.figures_dir()
-    return [root / f"{name}.{fmt}" for fmt in formats]
-
-
-def savefig(fig, name: str, root: str | Path | None = None, formats=FORMATS) -> list[Path]:
-    """Save ``fig`` as ``<figures>/<name>.<fmt>`` atomically, without metadata; return the paths."""
-    targets = figure_paths(name, root, formats)
     out = []
-    for fmt, target in zip(formats, targets):
+    for fmt in formats:
         buffer = io.BytesIO()
         metadata = {"Date": None, "Creator": None} if fmt == "svg" else {"Software": None}
         with plt.rc_context(STYLE):
             fig.savefig(buffer, format=fmt, metadata=metadata, bbox_inches=None)
-        out.append(atomic_write_bytes(target, buffer.getvalue()))
+        out.append(atomic_write_bytes(root / f"{name}.{fmt}", buffer.getvalue()))
     return out

@@ -119,7 +119,7 @@ def _do_verify(v, shape, opts) -> dict:
     r = runner.verify(v.name, shape, **opts)
     return {"label": "emulated", "passed": bool(r["passed"]), "hazards": int(r["hazards"]),
             "cosine": float(r.get("cosine", float("nan"))), "mismatches": int(r.get("mismatches") or 0),
-            "failed_outputs": ",".join(r.get("failed_outputs", []))}
+            "failed_outputs": ",".join(r.get("failed_outputs", [])), "cached": bool(r.get("emulator_cached"))}
 
 
 def _do_model(v, shape, opts) -> dict:
