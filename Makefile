@@ -154,7 +154,7 @@ endif
 reproduce: $(SETUP_STAMP) ## run every notebook (papermill) into experiments/<run-id>/, figures into figures/
 	@mkdir -p $(dir $(LOCK))
 	@set -m; \
-	if ! REPRODUCE_LOCK_HELD=1 $(MAKE) -q --no-print-directory _reproduce >/dev/null 2>&1 && \
+	if ! REPRODUCE_LOCK_HELD=1 $(MAKE) -q --no-print-directory $(STAMPS) >/dev/null 2>&1 && \
 	  detected=$$(PYTHONPATH=src $(PYX) -m mxfp4_ablation.notebooks detect-mode 2>/dev/null); then \
 	  export MXFP4_DETECTED_MODE="$$detected"; fi; \
 	REPRODUCE_LOCK_HELD=1 flock -n -E 75 $(LOCK) $(MAKE) --no-print-directory \

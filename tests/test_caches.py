@@ -85,6 +85,7 @@ def test_parsed_source_facts_follow_the_file_and_a_damaged_store_is_a_miss(tmp_p
     by its bytes."""
     monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(sources, "_facts", None)
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)  # only a checkout's own files are kept on disk
     f = tmp_path / "k.py"
     f.write_text('"""doc"""\nimport mxfp4_ablation.formats\nX = 1  # one\n')
     first = sources.file_facts(f)
@@ -102,6 +103,12 @@ def test_parsed_source_facts_follow_the_file_and_a_damaged_store_is_a_miss(tmp_p
         sources._facts_file().write_bytes(damage)
         monkeypatch.setattr(sources, "_facts", None)
         assert sources.file_facts(f)["code"] == third["code"]
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere.py"  # not this checkout's: memory only
+    elsewhere.write_text("X = 3\n")
+    sources.file_facts(elsewhere)
+    sources.save_facts()
+    assert str(elsewhere.resolve()) not in json.loads(sources._facts_file().read_text())
+    elsewhere.unlink()
     f.write_text("def broken(:\n")
     assert sources.file_facts(f)["imports"] is None
     with pytest.raises(SyntaxError):

@@ -98,18 +98,29 @@ def render(name: str, run_dir: str | Path | None = None, root: str | Path | None
     plots.apply_style()
     if root is None and not publishes(Path(run_dir)):
         root = scratch_root()
-    with results.recording_reads() as reads:
-        fig = FIGURES[name].draw(Path(run_dir))
+    state = _data_state(Path(run_dir))
+    fig = FIGURES[name].draw(Path(run_dir))
     try:
         out = plots.savefig(fig, name, root=root)
     finally:
         plt.close(fig)
-    _record_drawn(name, Path(run_dir), reads, out)
+    _record_drawn(name, Path(run_dir), state, out)
     return out
 
 
 def _drawn_record(name: str) -> Path:
     return paths.cache_dir() / "figure-inputs" / f"{name}.json"
+
+
+def _data_state(run_dir: Path) -> dict:
+    """Every data file of a run folder (the executed notebook, copied in last, is none): name -> [size,
+    mtime_ns]. A drawing may read any of them or only check that one exists, so it is the whole folder."""
+    state = {}
+    for p in sorted(run_dir.rglob("*")):
+        if p.is_file() and p.suffix != ".ipynb":
+            st = p.stat()
+            state[p.relative_to(run_dir).as_posix()] = [st.st_size, st.st_mtime_ns]
+    return state
 
 
 def _sha(path: Path) -> str | None:
@@ -119,33 +130,25 @@ def _sha(path: Path) -> str | None:
         return None
 
 
-def _record_drawn(name: str, run_dir: Path, reads: dict, out: list[Path]) -> None:
-    """What figure ``name`` was just drawn from (the tables it read, by content) and what it wrote."""
-    record = {"run_dir": str(run_dir.resolve()), "inputs": reads,
-              "outputs": {str(p.resolve()): _sha(p) for p in out}}
+def _record_drawn(name: str, run_dir: Path, state: dict, out: list[Path]) -> None:
+    """The run folder figure ``name`` was just drawn from (its data files as they were) and its files."""
+    record = {"run": run_dir.name.split(".")[0], "data": state, "outputs": {str(p.resolve()): _sha(p) for p in out}}
     with contextlib.suppress(OSError):
         results.atomic_write_text(_drawn_record(name), json.dumps(record))
 
 
 def drawn_from(name: str, run_dir: str | Path) -> bool:
-    """Whether figure ``name``'s files are the last drawing of it and were drawn from exactly the tables it
-    would read now in ``run_dir``: every table it read has the same bytes (one read under the run's
-    ``.partial`` folder counts as the same file of the published ``run_dir``), and it read at least one.
-    A redraw would then give the same bytes (figures are drawn from stored data alone)."""
+    """Whether figure ``name``'s files are its last drawing, made from ``run_dir`` (or from the ``.partial``
+    folder that was published as it) with every data file as it is now: a redraw would read the same
+    and give the same bytes (figures are drawn from stored data alone)."""
     try:
         record = json.loads(_drawn_record(name).read_text())
-        drawn_in, inputs, outputs = Path(record["run_dir"]), dict(record["inputs"]), dict(record["outputs"])
+        run, state, outputs = str(record["run"]), dict(record["data"]), dict(record["outputs"])
     except (OSError, ValueError, TypeError, KeyError):
         return False
-    run_dir = Path(run_dir).resolve()
-    if not inputs or not outputs or drawn_in.name.split(".")[0] != run_dir.name:
+    run_dir = Path(run_dir)
+    if not outputs or run != run_dir.name or state != _data_state(run_dir):
         return False
-    for path, sha in inputs.items():
-        p = Path(path)
-        if p.is_relative_to(drawn_in):
-            p = run_dir / p.relative_to(drawn_in)
-        if _sha(p) != sha:
-            return False
     return all(_sha(Path(p)) == sha for p, sha in outputs.items())
 
 

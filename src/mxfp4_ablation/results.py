@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import io
 import json
@@ -71,21 +70,6 @@ def write_table(df, path: str | Path, provenance: dict[str, Any]) -> Path:
     return path
 
 
-_READS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("mxfp4_table_reads", default=None)
-
-
-@contextlib.contextmanager
-def recording_reads() -> Iterator[dict]:
-    """Within the block, every table :func:`read_table` reads is recorded: resolved path -> sha256 of its
-    bytes (what a figure was drawn from: :func:`mxfp4_ablation.figures.render`)."""
-    reads: dict = {}
-    token = _READS.set(reads)
-    try:
-        yield reads
-    finally:
-        _READS.reset(token)
-
-
 def read_table(path: str | Path):
     """Read a table written by :func:`write_table`; returns ``(DataFrame, provenance dict)``.
 
@@ -115,9 +99,6 @@ def read_table(path: str | Path):
     if want is not None and got != want:
         raise CorruptTable(f"{path} is corrupt: sha256 {got[:12]}... does not match {want[:12]}... recorded in "
                            f"{sidecar.name}; rerun its notebook (make reproduce) or restore the file")
-    reads = _READS.get()
-    if reads is not None:
-        reads[str(path.resolve())] = got
     try:
         return pd.read_parquet(io.BytesIO(data)), prov
     except Exception as err:  # noqa: BLE001 - the bytes are what was written, so this is a writer bug

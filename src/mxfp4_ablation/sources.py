@@ -128,14 +128,17 @@ def _load_facts() -> dict[str, dict]:
 
 
 def save_facts() -> None:
-    """Write the facts parsed since the last save (atomically; a failure only costs a parse later)."""
+    """Write the facts parsed since the last save (atomically; a failure only costs a parse later): those
+    of this checkout's files that still exist (a scratch copy's, a deleted file's are not kept)."""
     global _facts_new
     if not _facts_new or _facts is None:
         return
     from .diskcache import atomic_write_bytes  # standard library only, like this module
 
+    root = str(paths.REPO_ROOT.resolve()) + "/"
+    kept = {k: v for k, v in _facts.items() if k.startswith(root) and Path(k).is_file()}
     with contextlib.suppress(OSError):
-        atomic_write_bytes(_facts_file(), json.dumps(_facts).encode())
+        atomic_write_bytes(_facts_file(), json.dumps(kept).encode())
         _facts_new = False
 
 
