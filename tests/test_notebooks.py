@@ -198,7 +198,7 @@ def test_a_second_make_reproduce_is_refused_with_a_clear_message(fake_make):
     make, log, tmp = fake_make
     first = make("reproduce", env={"FAKE_SLEEP": "3"}, background=True)
     try:
-        for _ in range(100):
+        for _ in range(300):  # the first detects the mode (imports torch) before it takes the lock
             if log.is_file() and log.read_text():
                 break
             time.sleep(0.1)
