@@ -112,7 +112,7 @@ def test_parsed_source_facts_follow_the_file_and_a_damaged_store_is_a_miss(tmp_p
     f.write_text("def broken(:\n")
     assert sources.file_facts(f)["imports"] is None
     with pytest.raises(SyntaxError):
-        sources._file_imports(f, "k", 0)
+        sources._file_imports(f, "k")
 
 
 def test_a_notebook_input_closure_has_the_package_data():

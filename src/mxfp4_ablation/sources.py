@@ -88,14 +88,14 @@ def module_closure(modules: Iterable[str], data: bool = True) -> set[Path]:
             files |= package_data(path.parent)
         parts = module.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
-        todo += _file_imports(path, module, path.stat().st_mtime_ns)
+        todo += _file_imports(path, module)
         if path.name == "__init__.py":  # modules no import statement can name (``01_step.py``): the package finds them
             todo += [f"{module}.{p.stem}" for p in path.parent.glob("*.py") if not p.stem.isidentifier()]
     save_facts()
     return files
 
 
-def _file_imports(path: Path, module: str, mtime_ns: int) -> tuple[str, ...]:
+def _file_imports(path: Path, module: str) -> tuple[str, ...]:
     """The modules of ours one file imports (parsed once per file version: :func:`file_facts`)."""
     found = file_facts(path, module).get("imports")
     if found is None:  # not Python: the parser's own error

@@ -254,13 +254,11 @@ def _file_code_digest(file: Path) -> bytes:
     on disk: :func:`.sources.file_facts`), or of any other file's bytes."""
     from . import sources
 
-    try:
-        if file.suffix == ".py":
-            file.resolve().relative_to(sources.SRC)
-            return bytes.fromhex(sources.file_facts(file)["nodoc"])
-    except ValueError:  # outside src/
+    if file.suffix != ".py":
+        return hashlib.sha256(file.read_bytes()).digest()
+    if not file.resolve().is_relative_to(sources.SRC.resolve()):
         return hashlib.sha256(_code_bytes(file)).digest()
-    return hashlib.sha256(file.read_bytes()).digest()
+    return bytes.fromhex(sources.file_facts(file)["nodoc"])
 
 
 def _source_digest(target: str, params: dict | None = None, extra: Iterable[str] = ()) -> str:
