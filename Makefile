@@ -180,8 +180,9 @@ endif
 
 # A notebook reruns only when it or one of its inputs changed (the rules in $(DEPS_MK)). The stamp is
 # touched only after the run published its folder; an interrupted run publishes nothing, stamps nothing.
-# The runner records the inputs' digest in the stamp (MXFP4_STAMP) and skips a run whose inputs changed
-# only in comments or layout (mxfp4_ablation.notebooks.run).
+# The runner records the inputs' digest and the run's compiles in the stamp (MXFP4_STAMP) and skips a run
+# whose inputs changed only in comments or layout, or only in kernel builder code that still compiles to
+# the same code (mxfp4_ablation.notebooks.run).
 $(STAMP_DIR)/%.done: export MXFP4_STAMP = $@
 $(STAMP_DIR)/%.done: notebooks/%.py $(SETUP_STAMP)
 	$(RUN_NOTEBOOK) $<

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
+import json
 import os
 import shutil
 import signal
@@ -563,3 +564,81 @@ def test_a_rerun_whose_inputs_changed_only_in_comments_is_skipped(tmp_path, monk
     assert notebooks.run(nb) is not None and len(ran) == 5  # by hand: always runs
     shutil.rmtree(tmp_path / "exp")  # the stamped run is gone: it runs again
     assert notebooks.run(nb, stamp=stamp) is not None and len(ran) == 6
+
+
+def test_an_edit_of_builder_code_that_keeps_every_compile_reruns_nothing(tmp_path, monkeypatch):
+    """A run records its compiles (target, params, arch, code digest: the kernel's log through
+    MXFP4_COMPILE_LOG). When only kernel builder files changed since, the runner compiles them again and
+    skips the run if each gives the code it gave; a changed code, a changed Switch record, a changed file
+    that is not builder code, or a log that does not know every compile, reruns it."""
+    import shutil
+    import types
+
+    import papermill
+
+    from mxfp4_ablation import toolchain
+    from mxfp4_ablation.kernels import gemm
+
+    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path / "exp"))
+    monkeypatch.setenv("MXFP4_FIGURES", str(tmp_path / "fig"))
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    (tmp_path / "src").mkdir()
+    other, builder = tmp_path / "src" / "k.py", tmp_path / "src" / "step.py"
+    other.write_text("X = 1\n")
+    builder.write_text("Y = 1\n")
+    nb = tmp_path / "notebooks" / "x.py"
+    nb.parent.mkdir()
+    nb.write_text("# %%\n1\n")
+    monkeypatch.setattr(notebooks, "notebook_dependencies", lambda source: [other, builder])
+    monkeypatch.setattr(notebooks, "redraw_figures", lambda name, run_dir, **kw: [])
+    monkeypatch.setattr(gemm, "builder_sources", lambda: {builder})
+    code = {"now": "c1"}  # what compiling the recorded request gives now
+    log_lines = [{"target": "m:f", "params": {"K": 256, "b_carry": True}, "arch": "gfx950"}]
+
+    def execute(src, out, **kw):  # the kernel compiles (and logs) as a notebook would
+        ran.append(1)
+        with open(os.environ[toolchain.COMPILE_LOG_ENV], "a") as log:
+            for line in log_lines:
+                log.write(json.dumps({**line, "code": code["now"]} if "target" in line else line) + "\n")
+        shutil.copy(src, out)
+
+    ran, replayed = [], []
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    monkeypatch.setattr(toolchain, "compile_many", lambda requests, arch: (
+        replayed.append((list(requests), arch)), [types.SimpleNamespace(code=code["now"]) for _ in requests])[1])
+    monkeypatch.setattr(toolchain, "code_digest", lambda artifact: artifact.code)
+    stamp = tmp_path / "stamps" / "x.done"
+    assert notebooks.run(nb, stamp=stamp) is not None and len(ran) == 1
+    assert json.loads(stamp.read_text())["compiles"] == [["m:f", {"K": 256, "b_carry": True}, "gfx950", "c1"]]
+    assert os.environ.get(toolchain.COMPILE_LOG_ENV) is None  # set for the kernel only
+    builder.write_text("Y = 2\n")  # builder code changed, the compile's code did not: not rerun
+    assert notebooks.run(nb, stamp=stamp) is None and len(ran) == 1
+    assert replayed == [([("m:f", {"K": 256, "b_carry": True})], "gfx950")]
+    assert notebooks.run(nb, stamp=stamp) is None and len(replayed) == 1  # the stamp took the new inputs
+    builder.write_text("Y = 3\n")
+    code["now"] = "c2"  # now the code differs: it reruns
+    assert notebooks.run(nb, stamp=stamp) is not None and len(ran) == 2
+    monkeypatch.setattr(gemm, "SWITCHES", {**gemm.SWITCHES, "new": None})  # a Switch record changed: reruns
+    builder.write_text("Y = 4\n")
+    assert notebooks.run(nb, stamp=stamp) is not None and len(ran) == 3
+    other.write_text("X = 2\n")  # a file that is not builder code: reruns, whatever the compiles give
+    assert notebooks.run(nb, stamp=stamp) is not None and len(ran) == 4
+    log_lines.append({"incomplete": "remote workers"})  # a log that may miss compiles proves nothing
+    other.write_text("X = 3\n")
+    assert notebooks.run(nb, stamp=stamp) is not None and len(ran) == 5
+    assert json.loads(stamp.read_text())["compiles"] is None
+    builder.write_text("Y = 6\n")
+    assert notebooks.run(nb, stamp=stamp) is not None and len(ran) == 6
+
+
+def test_a_compile_log_that_cannot_prove_every_compile_reads_as_none(tmp_path):
+    from mxfp4_ablation import toolchain
+
+    log = tmp_path / "log.jsonl"
+    a = {"target": "m:f", "params": {"K": 256}, "arch": "gfx950", "code": "c1"}
+    assert toolchain.read_compile_log(log) == []  # nothing compiled
+    log.write_text(json.dumps(a) + "\n" + json.dumps(a) + "\n")
+    assert toolchain.read_compile_log(log) == [("m:f", {"K": 256}, "gfx950", "c1")]  # one request once
+    for tail in ('{"target": "m:f", "par', json.dumps({**a, "code": "c2"}), json.dumps({"incomplete": "x"})):
+        log.write_text(json.dumps(a) + "\n" + tail + "\n")  # damaged; one request, two codes; incomplete
+        assert toolchain.read_compile_log(log) is None

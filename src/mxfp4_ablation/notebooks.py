@@ -264,8 +264,62 @@ def _lock(source: Path, name: str) -> Iterator[None]:
 def inputs_digest(source: Path, mode: str) -> str:
     """What a run of ``source`` in ``mode`` is computed from: the notebook's text and its inputs
     (:func:`notebook_dependencies`, code files by their syntax: :func:`.sources.digest`)."""
+    return _digests(source, mode)[0]
+
+
+def _digests(source: Path, mode: str) -> tuple[str, str]:
+    """:func:`inputs_digest`, and the same less the kernel builder files among the inputs (those a family
+    module's ``builder_sources()`` names: the GEMM's pipeline, stages, slots, issue plan and steps), which
+    reach a run only through the kernels it compiles -- plus what else they hold that a notebook shows: the
+    family's :class:`~mxfp4_ablation.family.Switch` records (intros, tables and docstrings render from them)."""
+    import hashlib
+    import importlib
+
+    from .family import FAMILIES
+
     source = Path(source).resolve()
-    return f"{mode} " + sources.digest([source, *notebook_dependencies(source)], code=True)
+    deps = notebook_dependencies(source)
+    builder, records = set(), []
+    for family, module_name in sorted(FAMILIES.items()):
+        module = importlib.import_module(module_name)
+        files = {Path(f).resolve() for f in getattr(module, "builder_sources", set)()} & set(deps)
+        if files:
+            builder |= files
+            records.append(f"{family} {module.SWITCHES!r}")
+    for run in _read_runs(source):  # the summary's tables come from these runs: one rerun, the summary reruns
+        records.append(f"run {run}")
+    full = f"{mode} " + sources.digest([source, *deps], code=True)
+    outer = f"{mode} " + sources.digest([source, *(d for d in deps if d not in builder)], code=True) + " " + \
+        hashlib.sha256("\n".join(records).encode()).hexdigest()
+    return full, outer
+
+
+def _read_runs(source: Path) -> list[str]:
+    """The published runs of other notebooks whose tables ``source`` reads (the summary: every other
+    notebook's latest run), by folder name; "-" for one that has none."""
+    from . import results
+
+    if Path(source).resolve() != (paths.REPO_ROOT / "notebooks" / "summary.py").resolve():
+        return []
+    others = [p for p in notebook_sources() if p.resolve() != Path(source).resolve()]
+    return [getattr(results.latest_run(run_name(p)), "name", "-") for p in others]
+
+
+def _read_stamp(stamp: Path) -> dict:
+    """A stamp's record: ``digest`` (:func:`inputs_digest`), ``outer`` (:func:`_digests`' second) and
+    ``compiles`` (the run's compiles: :func:`.toolchain.read_compile_log`, None if unknown); an older
+    stamp holds the digest alone; an unreadable one is ``{}``."""
+    try:
+        text = stamp.read_text().strip()
+    except OSError:
+        return {}
+    if not text.startswith("{"):
+        return {"digest": text}
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _stamped_run(stamp: Path, name: str, digest: str) -> Path | None:
@@ -273,19 +327,59 @@ def _stamped_run(stamp: Path, name: str, digest: str) -> Path | None:
     digest, or that run is gone)."""
     from . import results
 
+    return results.latest_run(name) if _read_stamp(stamp).get("digest") == digest else None
+
+
+def _same_code(compiles: list) -> bool:
+    """Every compile of the list -- ``(target, params, arch, code digest)`` -- compiled now (a trace, the
+    lowering from its cache where the traced module is unchanged) gives the code it gave then."""
+    from . import toolchain
+
+    by_arch: dict[str, list] = {}
+    for target, params, arch, code in compiles:
+        by_arch.setdefault(arch, []).append((target, params, code))
     try:
-        recorded = stamp.read_text().strip()
-    except OSError:
+        for arch, items in by_arch.items():
+            artifacts = toolchain.compile_many([(t, p) for t, p, _ in items], arch=arch)
+            if any(toolchain.code_digest(a) != code for a, (_, _, code) in zip(artifacts, items)):
+                return False
+    except Exception:  # noqa: BLE001 - a compile that fails now is the run's to report, not this check's
+        return False
+    return True
+
+
+def _unchanged_code_run(stamp: Path, name: str, outer: str) -> tuple[Path, int] | None:
+    """The published run a stamp stands for when, since that run, only kernel builder code changed and
+    every compile the run made gives the same code again (:func:`_same_code`); with its compile count.
+    None otherwise (then the notebook runs)."""
+    from . import results
+
+    record = _read_stamp(stamp)
+    compiles = record.get("compiles")
+    if record.get("outer") != outer or not isinstance(compiles, list):
         return None
-    return results.latest_run(name) if recorded == digest else None
+    kept = results.latest_run(name)
+    if kept is None or not _same_code(compiles):
+        return None
+    return kept, len(compiles)
+
+
+def _write_stamp(stamp: Path, digest: str, outer: str, compiles: list | None) -> None:
+    from . import results
+
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    results.atomic_write_text(stamp, json.dumps({"digest": digest, "outer": outer, "compiles": compiles}) + "\n")
 
 
 def run(source: str | Path, parameters: dict | None = None, kernel_name: str = KERNEL_NAME,
         stamp: str | Path | None = None) -> Path | None:
     """Execute ``source`` into a new run folder (its path). ``stamp`` (``make reproduce`` passes its
     stamp file): when it records the :func:`inputs_digest` this run would have -- an edit that changed
-    only comments or layout of the notebook's code inputs -- nothing runs (None); after a run the stamp
-    records it."""
+    only comments or layout of the notebook's code inputs -- nothing runs (None); nor when only kernel
+    builder code changed (the GEMM's pipeline, stages or steps: :func:`_digests`) and every compile the
+    stamped run made, compiled again, gives the code it gave (:func:`_same_code`: a trace each, the
+    lowering cached). After a run the stamp records the digests and the run's compiles (its kernel and
+    local workers log them: :data:`.toolchain.COMPILE_LOG_ENV`)."""
     from . import modes
 
     source = Path(source)
@@ -293,20 +387,27 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
         raise NotebookError(f"{source} is not a jupytext .py notebook")
     name = run_name(source)
     mode, reason = modes.detect()
-    digest = inputs_digest(source, mode) if stamp is not None and not parameters else None
+    digest, outer = _digests(source, mode) if stamp is not None and not parameters else (None, None)
     kept = _stamped_run(Path(stamp), name, digest) if digest is not None else None
     if kept is not None:
         print(f"[{name}] inputs changed in comments or layout only: not rerun ({kept.name})", flush=True)
         return None
+    same = _unchanged_code_run(Path(stamp), name, outer) if digest is not None else None
+    if same is not None:
+        _write_stamp(Path(stamp), digest, outer, _read_stamp(Path(stamp))["compiles"])
+        print(f"[{name}] only kernel builder code changed and all {same[1]} compiles of the run give the same "
+              f"code: not rerun ({same[0].name})", flush=True)
+        return None
     import jupytext  # after the skip check: a skipped run never pays for these imports
     import papermill
 
-    from . import results
+    from . import results, toolchain
 
     notebook = jupytext.read(source)
     from .tempdirs import owned_tempdir
 
-    with _lock(source, name), _stop_on_signals() as state, owned_tempdir("nb-") as tmp:
+    with _lock(source, name), _stop_on_signals() as state, owned_tempdir("nb-") as tmp, \
+            _compile_log(Path(tmp) / "compiles.jsonl") as compile_log:
         src_ipynb = Path(tmp) / f"{source.stem}.ipynb"
         jupytext.write(notebook, src_ipynb)
         executed = Path(tmp) / "out" / f"{source.stem}.ipynb"
@@ -333,12 +434,29 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
                 shutil.copy(executed, failed / f"{name}.ipynb")
                 print(f"[{name}] FAILED; partly executed notebook: {failed / (name + '.ipynb')}", file=sys.stderr)
             raise
+        compiles = toolchain.read_compile_log(compile_log)
     redraw_figures(name, rd.final, keep_current=True)
     if digest is not None:
-        Path(stamp).parent.mkdir(parents=True, exist_ok=True)
-        results.atomic_write_text(Path(stamp), digest + "\n")
+        _write_stamp(Path(stamp), digest, outer, compiles)
     print(f"[{name}] done -> {rd.final}", flush=True)
     return rd.final
+
+
+@contextlib.contextmanager
+def _compile_log(path: Path) -> Iterator[Path]:
+    """The notebook's kernel and its local workers log their compiles to ``path`` (inherited environment:
+    :data:`.toolchain.COMPILE_LOG_ENV`); this process's own variable is restored afterwards."""
+    from .toolchain import COMPILE_LOG_ENV
+
+    saved = os.environ.get(COMPILE_LOG_ENV)
+    os.environ[COMPILE_LOG_ENV] = str(path)
+    try:
+        yield path
+    finally:
+        if saved is None:
+            os.environ.pop(COMPILE_LOG_ENV, None)
+        else:
+            os.environ[COMPILE_LOG_ENV] = saved
 
 
 def redraw_figures(name: str, run_dir: Path, keep_current: bool = False) -> list[Path]:

@@ -395,8 +395,66 @@ def compile_many(
     found = diskcache.load_or_compute([_cache_path(keys[i]) for i in unique],
                                       lambda j: _load_cached(keys[unique[j]]), compile_and_store)
     by_key = {keys[i]: artifact for i, (artifact, _) in zip(unique, found)}
+    _log_compiles([(requests[i], arch, by_key[keys[i]]) for i in unique])
     # each request gets its own parameters back (the compile may have run at another runtime value)
     return [dataclasses.replace(by_key[key], params=params) for (_, params), key in zip(requests, keys)]
+
+
+# --------------------------------------------------------------------------------------------
+# The compiles a process tree made (a notebook run's: mxfp4_ablation.notebooks)
+# --------------------------------------------------------------------------------------------
+
+#: A file path: every :func:`compile_many` of this process and its children (a notebook's kernel, its
+#: local Dask workers) appends one JSON line per request -- target, params, arch and :func:`code_digest`
+#: -- so the run can later be checked compile by compile (``notebooks.run``: an edit of builder code that
+#: leaves every compile's code as it was does not rerun the notebook).
+COMPILE_LOG_ENV = "MXFP4_COMPILE_LOG"
+
+
+def code_digest(artifact: Artifact) -> str:
+    """sha256 of what a compile gives a run: every kernel's ISA text and the resources read from it."""
+    return hashlib.sha256(json.dumps([artifact.kernels, artifact.resources], sort_keys=True).encode()).hexdigest()
+
+
+def _log_compiles(done: list[tuple[tuple[str, dict[str, Any]], str, Artifact]]) -> None:
+    log = os.environ.get(COMPILE_LOG_ENV)
+    if not log or not done:
+        return
+    try:
+        text = "".join(json.dumps({"target": t, "params": p, "arch": arch, "code": code_digest(a)}, sort_keys=True)
+                       + "\n" for (t, p), arch, a in done)
+    except (TypeError, ValueError):  # parameters that do not round-trip through JSON cannot be replayed
+        text = json.dumps({"incomplete": "parameters that are not JSON"}) + "\n"
+    with open(log, "a") as handle:  # one write per call (O_APPEND): lines of concurrent processes do not mix
+        handle.write(text)
+
+
+def compile_log_incomplete(reason: str) -> None:
+    """Mark this process tree's compile log (if any) as not listing every compile (compiles ran where the
+    log is not written: remote workers), so nothing is ever skipped on its strength."""
+    log = os.environ.get(COMPILE_LOG_ENV)
+    if log:
+        with open(log, "a") as handle:
+            handle.write(json.dumps({"incomplete": reason}) + "\n")
+
+
+def read_compile_log(path: Path) -> list[tuple[str, dict[str, Any], str, str]] | None:
+    """The distinct compiles a log lists, ``(target, params, arch, code digest)`` sorted; None when the
+    log says it is incomplete, a line is damaged, or one request gave two different codes."""
+    seen: dict[str, tuple[str, dict[str, Any], str, str]] = {}
+    try:
+        lines = Path(path).read_text().splitlines() if Path(path).exists() else []
+        for line in lines:
+            entry = json.loads(line)
+            if "incomplete" in entry:
+                return None
+            request = json.dumps([entry["target"], entry["params"], entry["arch"]], sort_keys=True)
+            item = (entry["target"], dict(entry["params"]), entry["arch"], entry["code"])
+            if seen.setdefault(request, item)[3] != item[3]:
+                return None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return [seen[k] for k in sorted(seen)]
 
 
 class _Worker:
@@ -583,6 +641,7 @@ __all__ = [
     "Linker",
     "ToolchainError",
     "cache_key",
+    "code_digest",
     "compile",
     "compile_env",
     "compile_many",

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from .. import toolchain
 from ..errors import UsageError
 
 WHATS = ("compile", "verify", "model", "bench")
@@ -217,7 +218,7 @@ def default_workers() -> int:
 
 def _worker_env() -> dict:
     """What a local worker needs to find this checkout and share its caches."""
-    keep = ("PYTHONPATH", "MXFP4_CACHE", "MXFP4_MODEL_SHAPES", "MODE")
+    keep = ("PYTHONPATH", "MXFP4_CACHE", "MXFP4_MODEL_SHAPES", "MODE", toolchain.COMPILE_LOG_ENV)
     env = {k: os.environ[k] for k in keep if k in os.environ}
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -268,6 +269,7 @@ def client(scheduler: str | None = "local", workers: int | None = None) -> Itera
                                    memory_limit=0, silence_logs=40, env=_worker_env())
             c = Client(cluster)
         elif kind in ("slurm", "pbs"):
+            toolchain.compile_log_incomplete(f"a {kind} cluster's workers compile")
             try:
                 import dask_jobqueue
             except ImportError:
@@ -281,6 +283,7 @@ def client(scheduler: str | None = "local", workers: int | None = None) -> Itera
             cluster.scale(n or 1)
             c = Client(cluster)
         else:
+            toolchain.compile_log_incomplete("a remote scheduler's workers compile")
             try:
                 c = Client(scheduler, timeout="10s")
             except (OSError, TimeoutError) as exc:
