@@ -189,3 +189,25 @@ def test_owned_tempdirs_of_killed_processes_are_cleaned(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_git_dirty_counts_tracked_code_and_data_not_the_figures_the_pipeline_redraws(tmp_path, monkeypatch):
+    import subprocess
+
+    from mxfp4_ablation import paths, provenance
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "src" / "k.py").write_text("X = 1\n")
+    (tmp_path / "figures" / "f.svg").write_text("<svg/>\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    assert provenance.git_state()["git_dirty"] is False
+    (tmp_path / "figures" / "f.svg").write_text("<svg>being redrawn</svg>\n")
+    assert provenance.git_state()["git_dirty"] is False
+    (tmp_path / "src" / "k.py").write_text("X = 2\n")
+    assert provenance.git_state()["git_dirty"] is True

@@ -26,7 +26,9 @@ def _git(*args: str) -> str | None:
 
 
 def git_state() -> dict[str, Any]:
-    """``git_sha`` and ``git_dirty`` (tracked files modified) of the checkout.
+    """``git_sha`` and ``git_dirty`` (tracked files modified) of the checkout. The committed figures
+    (``figures/``) do not count: they are the pipeline's output, which a notebook running beside this one
+    may be redrawing (a cold ``make reproduce`` otherwise marked rows of a clean clone dirty).
 
     A copy of the tree without ``.git`` (e.g. on a borrowed GPU machine) takes them from
     ``MXFP4_GIT_SHA`` / ``MXFP4_GIT_DIRTY=1``, set by whoever copied it, and says so in
@@ -36,7 +38,7 @@ def git_state() -> dict[str, Any]:
     if sha is None and os.environ.get("MXFP4_GIT_SHA"):
         return {"git_sha": os.environ["MXFP4_GIT_SHA"], "git_dirty": os.environ.get("MXFP4_GIT_DIRTY") == "1",
                 "git_sha_source": "MXFP4_GIT_SHA (tree copied without .git)"}
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures")
     return {"git_sha": sha, "git_dirty": bool(status) if status is not None else None}
 
 
