@@ -57,3 +57,32 @@ def test_bench_reproduce_counts_and_writes(tmp_path):
     assert (tmp_path / "x.csv").read_text().splitlines()[1].startswith("cold,w,1.0,2.0,0.5,10,23,0,0")
     assert "| cold | w | 1.0 |" in (tmp_path / "x.md").read_text()
     assert B.main(["--keep", str(tmp_path)]) == 2  # an existing folder: one clear refusal, nothing run
+
+
+def test_bench_reproduce_profiles_the_cold_run_by_notebook(tmp_path):
+    """Each published run folder's executed notebook: start after make's, papermill's duration, the
+    slowest code cell; a folder without a notebook (a partial run) is left out."""
+    import json
+    from datetime import datetime, timezone
+
+    from mxfp4_ablation import bench_reproduce as B
+
+    t0 = datetime(2026, 12, 2, 16, 0, 0, tzinfo=timezone.utc).timestamp()
+    for name, start, cells in (("20261202T160100Z-abc1234-dirty-gemm--05_b_carry", "16:01:40", [1.5, 20.25]),
+                               ("20261202T160000Z-abc1234-summary", "16:00:30", [3.0])):
+        run = tmp_path / "experiments" / name
+        run.mkdir(parents=True)
+        nb = {"metadata": {"papermill": {"start_time": f"2026-12-02T{start}.000000+00:00", "duration": sum(cells)}},
+              "cells": [{"cell_type": "code", "source": [f"\nstep_{i}()\n", "more"],
+                         "metadata": {"papermill": {"duration": d}}} for i, d in enumerate(cells)]}
+        (run / "x.ipynb").write_text(json.dumps(nb))
+    (tmp_path / "experiments" / "20261202T160200Z-abc1234-other").mkdir()
+    rows = B.cold_profile(tmp_path, t0)
+    assert rows == [{"notebook": "summary", "start_s": 30.0, "papermill_s": 3.0, "slowest_cell_s": 3.0,
+                     "slowest_cell": "step_0()"},
+                    {"notebook": "gemm--05_b_carry", "start_s": 100.0, "papermill_s": 21.8, "slowest_cell_s": 20.2,
+                     "slowest_cell": "step_1()"}]
+    meta = {"date": "d", "machine": "m", "commit": "c", "command": "cmd", "load_before": "0", "load_after": "0"}
+    B.write([], tmp_path, "x", meta, rows)
+    assert (tmp_path / "x_by_notebook.csv").read_text().splitlines()[1] == "summary,30.0,3.0,3.0,step_0()"
+    assert "| gemm--05_b_carry | 100.0 | 21.8 | 20.2 | step_1() |" in (tmp_path / "x.md").read_text()

@@ -16,9 +16,12 @@ changes are not in the clone; the table says so), then measures, one after anoth
 
 Each row: wall time, user + sys CPU time of make and everything under it, the peak RSS of its largest
 process (``getrusage`` of the children), the notebooks run and those skipped (inputs changed only in
-comments), and make's exit code. Every number is **measured** on this machine; the load average before
-and after is recorded (on a shared machine wall time includes waiting for the CPU). Output:
-``<out>/<label>.csv`` and ``<out>/<label>.md``.
+comments or in builder code that compiles to the same code), and make's exit code. Every number is
+**measured** on this machine; the load average before and after is recorded (on a shared machine wall
+time includes waiting for the CPU). Output: ``<out>/<label>.csv`` and ``<out>/<label>.md``, and the cold
+run by notebook (:func:`cold_profile`: when each started after ``make reproduce`` did, papermill's own
+duration and its slowest cell, read from the executed notebooks of the clone's run folders) in
+``<out>/<label>_by_notebook.csv`` and a section of the markdown.
 """
 
 from __future__ import annotations
@@ -38,6 +41,32 @@ from . import paths
 from .bench_pipeline import _measure, machine_line
 
 COLUMNS = ["step", "what", "wall_s", "user_s", "sys_s", "max_rss_mb", "notebooks_run", "notebooks_skipped", "rc"]
+PROFILE_COLUMNS = ["notebook", "start_s", "papermill_s", "slowest_cell_s", "slowest_cell"]
+
+
+def cold_profile(clone: Path, t0: float) -> list[dict]:
+    """One row per notebook the clone published: its start (s after ``t0``, the UTC epoch at which the cold
+    ``make reproduce`` started), papermill's duration and its slowest cell (first line of its source)."""
+    import json
+    from datetime import datetime
+
+    rows = []
+    for run in sorted((clone / "experiments").glob("2*")):
+        nbs = sorted(run.glob("*.ipynb"))
+        if not run.is_dir() or not nbs:
+            continue
+        nb = json.loads(nbs[0].read_text())
+        pm = nb.get("metadata", {}).get("papermill", {})
+        cells = [((c.get("metadata", {}).get("papermill", {}) or {}).get("duration") or 0.0,
+                  next((ln for ln in "".join(c.get("source", "")).splitlines() if ln.strip()), ""))
+                 for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+        slow = max(cells, default=(0.0, ""))
+        start = datetime.fromisoformat(pm["start_time"]).timestamp() if pm.get("start_time") else None
+        name = run.name.split("-", 2)[-1].replace("dirty-", "", 1)
+        rows.append({"notebook": name, "start_s": round(start - t0, 1) if start is not None else "",
+                     "papermill_s": round(float(pm.get("duration") or 0), 1), "slowest_cell_s": round(slow[0], 1),
+                     "slowest_cell": slow[1][:100]})
+    return sorted(rows, key=lambda r: (r["start_s"] == "", r["start_s"]))
 
 
 def _counts(text: str) -> tuple[int, int]:
@@ -62,13 +91,16 @@ def run(clone: Path, step: str) -> list[dict]:
         ("code", f"a code edit of {step_file.relative_to(clone)} that keeps its ISA (a module constant), "
                  "then make reproduce", "\n_BENCH_REPRODUCE_EDIT = 1\n"),
     ]
-    rows = []
+    rows, cold = [], None
     for key, what, append in edits:
         if append is not None:
             with open(step_file, "a") as f:
                 f.write(append)
         start = log.stat().st_size if log.exists() else 0
+        t0 = time.time()
         m = _measure(["make", "--no-print-directory", "reproduce"], env, cwd=clone, log=log)
+        if key == "cold":
+            cold = cold_profile(clone, t0)
         m = {k: round(v, 1) if isinstance(v, float) else v for k, v in m.items() if k != "output"}
         text = log.read_bytes()[start:].decode(errors="replace")
         ran, skipped = _counts(text)
@@ -78,22 +110,38 @@ def run(clone: Path, step: str) -> list[dict]:
         if m["rc"]:
             print(text[-3000:], file=sys.stderr)
             break
-    return rows
+    return rows, cold
 
 
-def write(rows: list[dict], out: Path, label: str, meta: dict) -> None:
+def write(rows: list[dict], out: Path, label: str, meta: dict, cold: list[dict] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / f"{label}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
+    for name, columns, data in ((f"{label}.csv", COLUMNS, rows), (f"{label}_by_notebook.csv", PROFILE_COLUMNS, cold)):
+        if data is None:
+            continue
+        with open(out / name, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=columns)
+            w.writeheader()
+            w.writerows(data)
     lines = [f"# `make reproduce` from a fresh clone, and a one-step edit (`{label}`, measured)", "",
              f"Measured {meta['date']} on {meta['machine']}; clone of {meta['commit']}; command: "
              f"`{meta['command']}`. Load average before / after: {meta['load_before']} / {meta['load_after']}. "
              "Wall time, user + sys CPU of make and everything under it, peak RSS of the largest process.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |" for r in rows]
+    if cold:
+        lines += [""] + profile_lines(cold, label)
     (out / f"{label}.md").write_text("\n".join(lines) + "\n")
+
+
+def profile_lines(cold: list[dict], label: str) -> list[str]:
+    """The markdown section of :func:`cold_profile`'s rows."""
+    lines = [f"## The cold run by notebook (`{label}_by_notebook.csv`)", "",
+             "Start: seconds after the cold `make reproduce` started (before the first notebook: setup, the "
+             "dependency rules and the mode detection); papermill's own duration; the slowest cell (its first "
+             "line). Notebooks run two at a time, the summary last.", "",
+             "| " + " | ".join(PROFILE_COLUMNS) + " |", "|" + "---|" * len(PROFILE_COLUMNS)]
+    return lines + ["| " + " | ".join(str(r.get(c, "")).replace("|", "\\|") for c in PROFILE_COLUMNS) + " |"
+                    for r in cold]
 
 
 def main(argv=None) -> int:
@@ -117,12 +165,12 @@ def main(argv=None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="bench-reproduce-")) if not ns.keep else None
     clone = Path(ns.keep).resolve() if ns.keep else scratch / "clone"
     try:
-        rows = run(clone, ns.step)
+        rows, cold = run(clone, ns.step)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     meta["load_after"] = "%.2f %.2f %.2f" % os.getloadavg()
-    write(rows, Path(ns.out), ns.label, meta)
+    write(rows, Path(ns.out), ns.label, meta, cold)
     print(f"bench_reproduce: wrote {Path(ns.out) / (ns.label + '.md')}")
     return 0 if rows and all(r["rc"] == 0 for r in rows) else 1
 
