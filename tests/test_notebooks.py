@@ -642,3 +642,22 @@ def test_a_compile_log_that_cannot_prove_every_compile_reads_as_none(tmp_path):
     for tail in ('{"target": "m:f", "par', json.dumps({**a, "code": "c2"}), json.dumps({"incomplete": "x"})):
         log.write_text(json.dumps(a) + "\n" + tail + "\n")  # damaged; one request, two codes; incomplete
         assert toolchain.read_compile_log(log) is None
+
+
+def test_compile_many_logs_each_distinct_request_with_its_code_where_the_variable_points(tmp_path, monkeypatch):
+    from mxfp4_ablation import toolchain
+
+    art = toolchain.Artifact(target="m:f", params={}, arch="gfx950", key="k", isa="s_endpgm", kernels={"f": "s_endpgm"},
+                             resources={"vgpr_unified": 8}, compile_seconds=0.0, flydsl_version="x")
+    log = tmp_path / "log.jsonl"
+    toolchain._log_compiles([(("m:f", {"K": 256}), "gfx950", art)])  # no variable: nothing written
+    assert not log.exists()
+    monkeypatch.setenv(toolchain.COMPILE_LOG_ENV, str(log))
+    toolchain._log_compiles([(("m:f", {"K": 256}), "gfx950", art), (("m:f", {"K": 512}), "gfx950", art)])
+    assert toolchain.read_compile_log(log) == [("m:f", {"K": 256}, "gfx950", toolchain.code_digest(art)),
+                                               ("m:f", {"K": 512}, "gfx950", toolchain.code_digest(art))]
+    toolchain._log_compiles([(("m:f", {"dtype": object()}), "gfx950", art)])  # cannot be replayed: incomplete
+    assert toolchain.read_compile_log(log) is None
+    log.unlink()
+    toolchain.compile_log_incomplete("remote workers")
+    assert toolchain.read_compile_log(log) is None

@@ -425,8 +425,17 @@ def _log_compiles(done: list[tuple[tuple[str, dict[str, Any]], str, Artifact]]) 
                        + "\n" for (t, p), arch, a in done)
     except (TypeError, ValueError):  # parameters that do not round-trip through JSON cannot be replayed
         text = json.dumps({"incomplete": "parameters that are not JSON"}) + "\n"
-    with open(log, "a") as handle:  # one write per call (O_APPEND): lines of concurrent processes do not mix
-        handle.write(text)
+    _append(log, text)
+
+
+def _append(log: str, text: str) -> None:
+    """One ``write`` of the whole text on an O_APPEND descriptor: lines of processes appending at the
+    same time do not interleave (a buffered file could split a batch into several writes)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def compile_log_incomplete(reason: str) -> None:
@@ -434,8 +443,7 @@ def compile_log_incomplete(reason: str) -> None:
     log is not written: remote workers), so nothing is ever skipped on its strength."""
     log = os.environ.get(COMPILE_LOG_ENV)
     if log:
-        with open(log, "a") as handle:
-            handle.write(json.dumps({"incomplete": reason}) + "\n")
+        _append(log, json.dumps({"incomplete": reason}) + "\n")
 
 
 def read_compile_log(path: Path) -> list[tuple[str, dict[str, Any], str, str]] | None:
