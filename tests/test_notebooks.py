@@ -661,3 +661,30 @@ def test_compile_many_logs_each_distinct_request_with_its_code_where_the_variabl
     log.unlink()
     toolchain.compile_log_incomplete("remote workers")
     assert toolchain.read_compile_log(log) is None
+    log.unlink()  # a compile that bypasses the cache is logged too
+    monkeypatch.setattr(toolchain, "_run_worker", lambda jobs, arch, **kw: [art for _ in jobs])
+    target = "mxfp4_ablation.kernels.gemm:compile_entry"
+    toolchain.compile_many([(target, {"M": 256, "N": 256, "K": 3072})], use_cache=False)
+    assert toolchain.read_compile_log(log) == [(target, {"M": 256, "N": 256, "K": 3072}, "gfx950",
+                                                toolchain.code_digest(art))]
+
+
+def test_the_summarys_builder_skip_keys_on_the_step_runs_it_reads(tmp_path, monkeypatch):
+    """A step notebook that reran (a new published run) changes the summary's second digest, so the summary
+    reruns even when its own compiles give the same code; another notebook's digest does not see it."""
+    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path / "exp"))
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    (tmp_path / "notebooks" / "gemm").mkdir(parents=True)
+    summary, step = tmp_path / notebooks.SUMMARY, tmp_path / "notebooks" / "gemm" / "05_x.py"
+    for nb in (summary, step):
+        nb.write_text("# %%\n1\n")
+    monkeypatch.setattr(notebooks, "notebook_dependencies", lambda source: [])
+    assert notebooks._read_runs(summary) == ["-"] and notebooks._read_runs(step) == []
+    (tmp_path / "exp" / "20260101T000000Z-abc1234-gemm--05_x").mkdir(parents=True)
+    before = notebooks._digests(summary, "emulated")
+    step_before = notebooks._digests(step, "emulated")
+    assert notebooks._read_runs(summary) == ["20260101T000000Z-abc1234-gemm--05_x"]
+    (tmp_path / "exp" / "20260102T000000Z-abc1234-gemm--05_x").mkdir()  # the step reran
+    after = notebooks._digests(summary, "emulated")
+    assert after[0] == before[0] and after[1] != before[1]
+    assert notebooks._digests(step, "emulated") == step_before

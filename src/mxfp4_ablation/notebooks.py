@@ -53,6 +53,11 @@ DATA: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+#: The notebook that reads the other notebooks' published tables (its inputs include their sources, and
+#: the runs it read key its stamp: :func:`_read_runs`).
+SUMMARY = "notebooks/summary.py"
+
+
 class NotebookError(ValueError):
     """Bad input to the runner, or a run refused (the message is meant for the user)."""
 
@@ -92,7 +97,7 @@ def family_modules(rel: str) -> set[str]:
 
     groups = tomllib.loads((paths.REPO_ROOT / "experiments" / "shapes.toml").read_text())
     parts = rel.split("/")
-    if rel == "notebooks/summary.py":
+    if rel == SUMMARY:
         return set(FAMILIES.values())
     name = notebook_variant(paths.REPO_ROOT / rel) if len(parts) == 3 else None
     if name is not None:
@@ -148,7 +153,7 @@ def notebook_dependencies(source: Path) -> list[Path]:
     rel = source.relative_to(paths.REPO_ROOT).as_posix()
     modules = notebook_imports(source) | family_modules(rel) | study_modules(rel) | {"mxfp4_ablation.family"}
     files = module_closure(modules) - unused_sources(source)
-    if rel == "notebooks/summary.py":  # it reads the other notebooks' published tables
+    if rel == SUMMARY:  # it reads the other notebooks' published tables
         files |= {p.resolve() for p in notebook_sources() if p.resolve() != source}
     for item in _first(DATA, rel):
         path = paths.REPO_ROOT / item
@@ -299,7 +304,7 @@ def _read_runs(source: Path) -> list[str]:
     notebook's latest run), by folder name; "-" for one that has none."""
     from . import results
 
-    if Path(source).resolve() != (paths.REPO_ROOT / "notebooks" / "summary.py").resolve():
+    if Path(source).resolve() != (paths.REPO_ROOT / SUMMARY).resolve():
         return []
     others = [p for p in notebook_sources() if p.resolve() != Path(source).resolve()]
     return [getattr(results.latest_run(run_name(p)), "name", "-") for p in others]
@@ -322,12 +327,12 @@ def _read_stamp(stamp: Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def _stamped_run(stamp: Path, name: str, digest: str) -> Path | None:
-    """The published run a stamp that records ``digest`` stands for (None: the stamp records another
-    digest, or that run is gone)."""
+def _stamped_run(record: dict, name: str, digest: str) -> Path | None:
+    """The published run a stamp (its :func:`_read_stamp` record) that records ``digest`` stands for
+    (None: the stamp records another digest, or that run is gone)."""
     from . import results
 
-    return results.latest_run(name) if _read_stamp(stamp).get("digest") == digest else None
+    return results.latest_run(name) if record.get("digest") == digest else None
 
 
 def _same_code(compiles: list) -> bool:
@@ -348,20 +353,17 @@ def _same_code(compiles: list) -> bool:
     return True
 
 
-def _unchanged_code_run(stamp: Path, name: str, outer: str) -> tuple[Path, int] | None:
-    """The published run a stamp stands for when, since that run, only kernel builder code changed and
-    every compile the run made gives the same code again (:func:`_same_code`); with its compile count.
-    None otherwise (then the notebook runs)."""
+def _unchanged_code_run(record: dict, name: str, outer: str) -> Path | None:
+    """The published run a stamp (its :func:`_read_stamp` record) stands for when, since that run, only
+    kernel builder code changed and every compile the run made gives the same code again
+    (:func:`_same_code`). None otherwise (then the notebook runs)."""
     from . import results
 
-    record = _read_stamp(stamp)
     compiles = record.get("compiles")
     if record.get("outer") != outer or not isinstance(compiles, list):
         return None
     kept = results.latest_run(name)
-    if kept is None or not _same_code(compiles):
-        return None
-    return kept, len(compiles)
+    return kept if kept is not None and _same_code(compiles) else None
 
 
 def _write_stamp(stamp: Path, digest: str, outer: str, compiles: list | None) -> None:
@@ -388,16 +390,18 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
     name = run_name(source)
     mode, reason = modes.detect()
     digest, outer = _digests(source, mode) if stamp is not None and not parameters else (None, None)
-    kept = _stamped_run(Path(stamp), name, digest) if digest is not None else None
-    if kept is not None:
-        print(f"[{name}] inputs changed in comments or layout only: not rerun ({kept.name})", flush=True)
-        return None
-    same = _unchanged_code_run(Path(stamp), name, outer) if digest is not None else None
-    if same is not None:
-        _write_stamp(Path(stamp), digest, outer, _read_stamp(Path(stamp))["compiles"])
-        print(f"[{name}] only kernel builder code changed and all {same[1]} compiles of the run give the same "
-              f"code: not rerun ({same[0].name})", flush=True)
-        return None
+    if digest is not None:
+        record = _read_stamp(Path(stamp))
+        kept = _stamped_run(record, name, digest)
+        if kept is not None:
+            print(f"[{name}] inputs changed in comments or layout only: not rerun ({kept.name})", flush=True)
+            return None
+        kept = _unchanged_code_run(record, name, outer)
+        if kept is not None:
+            _write_stamp(Path(stamp), digest, outer, record["compiles"])
+            print(f"[{name}] only kernel builder code changed and all {len(record['compiles'])} compiles of the "
+                  f"run give the same code: not rerun ({kept.name})", flush=True)
+            return None
     import jupytext  # after the skip check: a skipped run never pays for these imports
     import papermill
 
@@ -463,8 +467,8 @@ def redraw_figures(name: str, run_dir: Path, keep_current: bool = False) -> list
     """Draw every registered figure of run ``name`` again from the published run's final tables, as
     ``make figures`` does: a cell may draw a figure before a later cell stores more of its data (a step's
     speed figure before its modelled section), and what is published must not depend on cell order.
-    ``keep_current``: a figure whose files were drawn from exactly the tables it would read now is left
-    as it is (:func:`.figures.drawn_from`; its redraw would give the same bytes)."""
+    ``keep_current``: a figure whose files were drawn when the run folder's data files were all as they
+    are now is left as it is (:func:`.figures.drawn_from`; its redraw would give the same bytes)."""
     from . import figures, results as results_mod
 
     drawn = []

@@ -380,7 +380,9 @@ def compile_many(
     requests = [(t, dict(p)) for t, p in requests]
     keys = [cache_key(t, p, arch) for t, p in requests]
     if not use_cache:
-        return _run_worker(list(zip(requests, keys)), arch, lowering=False) if requests else []
+        artifacts = _run_worker(list(zip(requests, keys)), arch, lowering=False) if requests else []
+        _log_compiles([(r, arch, a) for r, a in zip(requests, artifacts)])
+        return artifacts
     first = {}  # key -> the first request with it: requests sharing a key share one compile
     for i, key in enumerate(keys):
         first.setdefault(key, i)
