@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import resource
@@ -305,10 +306,13 @@ def _progress(total: int, enabled: bool, desc: str):
 
 
 def _order(todo: Sequence[Task]) -> list[int]:
-    """Slowest kinds first, then by family and shape (a MoE shape's inputs are built once per worker)."""
+    """Slowest kinds first; within a kind the biggest shapes first (the product of the shape's numbers:
+    the longest tasks start first, so the last to finish are short -- a two-worker summary otherwise
+    ended on one worker running the MoE's 16384-token points alone), a shape's tasks one after another
+    by family (a MoE shape's inputs are built once per worker)."""
     rank = {"bench": 0, "verify": 1, "model": 2, "compile": 3}
-    return sorted(range(len(todo)), key=lambda i: (rank[todo[i].what], todo[i].variant.split("-")[0].split("+")[0],
-                                                    todo[i].shape, todo[i].variant))
+    return sorted(range(len(todo)), key=lambda i: (rank[todo[i].what], -math.prod(todo[i].shape), todo[i].shape,
+                                                    todo[i].variant.split("-")[0].split("+")[0], todo[i].variant))
 
 
 def run(todo: Sequence[Task], scheduler: str | None = "local", workers: int | None = None, progress: bool = True,
