@@ -486,11 +486,13 @@ def test_a_figure_the_run_drew_from_its_final_data_is_not_drawn_again(monkeypatc
     figures.figure("t/late", run="gemm--01_x")(draw("late"))
     partial = tmp_path / "exp" / "20260101T000000Z-abc-gemm--01_x.k3y.partial"
     partial.mkdir(parents=True)
+    (partial / ".owner").write_text("")  # a run in progress holds its lock file, gone once published
     results.write_table(pd.DataFrame({"x": [1, 2]}), partial / "t.parquet", {"mode": "emulated"})
     figures.render("t/early", partial)
     results.write_table(pd.DataFrame({"y": [1]}), partial / "later.parquet", {"mode": "emulated"})
     figures.render("t/late", partial)
     final = partial.with_name("20260101T000000Z-abc-gemm--01_x")
+    (partial / ".owner").unlink()
     partial.rename(final)
     (final / "notebook.ipynb").write_text("{}")  # the executed notebook, copied in last: no data
     calls.clear()

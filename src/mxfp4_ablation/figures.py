@@ -113,11 +113,14 @@ def _drawn_record(name: str) -> Path:
 
 
 def _data_state(run_dir: Path) -> dict:
-    """Every data file of a run folder (the executed notebook, copied in last, is none): name -> [size,
-    mtime_ns]. A drawing may read any of them or only check that one exists, so it is the whole folder."""
+    """Every data file of a run folder (the executed notebook, copied in last, is none; nor is the
+    ``.owner`` lock file of a run in progress, gone once it is published): name -> [size, mtime_ns]. A
+    drawing may read any of them or only check that one exists, so it is the whole folder."""
+    from .tempdirs import OWNER
+
     state = {}
     for p in sorted(run_dir.rglob("*")):
-        if p.is_file() and p.suffix != ".ipynb":
+        if p.is_file() and p.suffix != ".ipynb" and p.name != OWNER:
             st = p.stat()
             state[p.relative_to(run_dir).as_posix()] = [st.st_size, st.st_mtime_ns]
     return state
