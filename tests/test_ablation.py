@@ -289,6 +289,27 @@ def test_zero_input_gemm_timing_equals_the_real_input_timing():
     assert zero["kernel"]["tflops"] == real["kernel"]["tflops"] and zero["label"] == "modelled"
 
 
+def test_a_timeline_and_the_sweep_point_share_one_timing_run(monkeypatch, tmp_path):
+    """On a cold cache the timeline's timing run also stores the sweep's point (one simulation, not two),
+    with the cycles of a run of its own; and the timeline is the one a traced run of its own gives."""
+    pytest.importorskip("flydsl")
+    import gfx950emu
+
+    from mxfp4_ablation import modelled
+
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
+    shape, runs, launch = (256, 256, 1536), [], gfx950emu.launch
+    monkeypatch.setattr(gfx950emu, "launch", lambda *a, **k: runs.append(k.get("timing_trace")) or launch(*a, **k))
+    tl = R.timeline("gemm-v1", shape, sample=1)
+    row = R.model_row("gemm-v1", shape, sample=1)
+    assert runs == [True] and row["cached"] and len(tl)
+    prep = modelled._prepare("gemm-v1", shape, 0)
+    own = modelled.model_isa(prep["isa"], prep["grid"], prep["block"], prep["make_args"], flops=prep["flops"],
+                             sample=1, use_cache=False)
+    assert row["cycles"] == own["cycles"] and row["tflops"] == own["kernel"]["tflops"]
+    assert R._timeline_rows("gemm-v1", shape, prep, 1, 2) == tl.to_dict("records")
+
+
 def test_model_shapes_knob(monkeypatch):
     from mxfp4_ablation import family
     from mxfp4_ablation.studies import gemm

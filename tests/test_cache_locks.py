@@ -237,6 +237,7 @@ def test_the_timeline_cache_simulates_a_shared_miss_once(cache, tmp_path, monkey
         return [{"track": "wave0", "start": 0, "end": os.getpid()}]
 
     monkeypatch.setattr(modelled, "_prepare", lambda v, s, seed: {"isa_key": "k", "isa": "isa"})
+    monkeypatch.setattr(modelled_runs, "_model_isa", lambda prep, sample, on_fresh=None: {})  # a cached point
     monkeypatch.setattr(modelled_runs, "_timeline_rows", rows)
     got = _in_two_processes(lambda: modelled_runs.timeline("gemm-v1", (256, 256, 3072), sample=1)["end"].tolist(),
                             tmp_path)

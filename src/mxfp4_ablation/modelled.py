@@ -220,9 +220,12 @@ def _reapply(hit: dict | None, overrides: dict | None = None) -> dict | None:
 
 def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=None, trace: str | None = None,
               use_cache: bool = True, key_extra: Any = None, kernel: str | None = None,
-              full: bool = False, overrides: dict | None = None) -> dict:
+              full: bool = False, overrides: dict | None = None, on_fresh=None) -> dict:
     """Timing-model one ISA text over ``grid`` x ``block``; ``make_args()`` builds the launch args
-    (called only on a cache miss).  Returns the modelled dict (see the module doc)."""
+    (called only on a cache miss).  Returns the modelled dict (see the module doc).
+    ``on_fresh(timing, prog)``: called after a simulation this call ran (not on a cache hit), with the
+    whole ``res.timing`` -- its ``trace_events`` included, since the launch then records its trace
+    (passive: the same cycles) -- so a caller that wants the timeline too gets it from the same run."""
     import gfx950emu
 
     fp = model_fingerprint()
@@ -234,12 +237,14 @@ def model_isa(isa: str, grid, block, make_args, *, flops: float | None, sample=N
     def simulate() -> dict:
         prog = gfx950emu.load(isa, kernel=kernel)
         res = gfx950emu.launch(prog, grid, block, make_args(), timing=True, flops=flops, timing_sample=sample,
-                               timing_trace=bool(trace), timing_params=overrides)
+                               timing_trace=bool(trace) or on_fresh is not None, timing_params=overrides)
         t = res.timing
         if trace:
             from gfx950emu.timing import trace as _trace
 
             _trace.write(trace, t, prog)
+        if on_fresh is not None:
+            on_fresh(t, prog)
         out = {k: t[k] for k in _KEEP if k in t}
         out.update(label=LABEL, model_fingerprint=fp, overrides=dict(overrides or {}), kernel_name=prog.name,
                    emulator_seconds=round(res.seconds, 2), by_instruction=t["by_instruction"], cached=False)

@@ -463,3 +463,39 @@ def test_coordinate_helpers():
     assert mfma.d_coords(OP32, 33, 5) == (13, 1)
     assert mfma.d_coords(OP16, 37, 3) == (11, 5)
     assert mfma.a_coords("v_mfma_f32_16x16x32_bf16", 37, 3) == (5, 19)
+
+
+@pytest.mark.parametrize("op", ["v_mfma_scale_f32_16x16x128_f8f6f4", "v_mfma_scale_f32_32x32x64_f8f6f4",
+                                "v_mfma_f32_32x32x64_f8f6f4", "v_mfma_f32_16x16x32_bf16", "v_mfma_f32_32x32x8_f16",
+                                "v_mfma_f32_16x16x32_fp8_bf8"])
+def test_zero_operands_give_the_bits_of_the_full_arithmetic(op, monkeypatch):
+    """A and B all zero (the timing model's inputs) skip steps 1-2; D must be the bits the full
+    arithmetic gives, for every accumulator value (-0, a NaN payload, -inf, a denormal) and scale."""
+    rng = np.random.default_rng(3)
+    kw = {"cbsz": 4, "blgp": 4} if "f8f6f4" in op else {}
+    na, nb, nc = mfma.register_counts(op, kw.get("cbsz", 0), kw.get("blgp", 0))
+    c = rng.integers(0, 2 ** 32, size=(64, nc), dtype=np.uint64).astype(np.uint32)
+    c[0, :4] = [0x80000000, 0x7FC00001, 0xFF800000, 0x00000001]
+    za, zb = np.zeros((64, na), np.uint32), np.zeros((64, nb), np.uint32)
+    scales = [None]
+    if mfma.spec(op).scaled:
+        scales = [rng.integers(0, 0xFF, size=64, dtype=np.uint64).astype(np.uint32) * 0x01010101,
+                  np.full(64, 0xFFFFFFFF, np.uint32)]                         # NaN scales: the full path
+    real, full = mfma._blocks, []
+    for s in scales:
+        skw = dict(kw, scale_a=s, scale_b=s) if s is not None else kw
+        calls = []
+        monkeypatch.setattr(mfma, "_blocks", lambda *a_: calls.append(1) or real(*a_))
+        fast = mfma.execute(op, za, zb, c, **skw)
+        assert calls == ([1] if s is not None and s[0] == 0xFFFFFFFF else []), op
+        # the same zeros through steps 1-2, the full arithmetic
+        monkeypatch.setattr(mfma, "_blocks", real)
+        sp_, fa, fb, _, _, _, plan, always, bound = mfma._resolve(op, kw.get("cbsz", 0), kw.get("blgp", 0), 0)
+        kb = min(32, sp_.k)
+        sa = mfma._lane_scales(s, 0, "s") if s is not None else None
+        with np.errstate(invalid="ignore", over="ignore"):
+            D = fpf.f32_from_bits(c).reshape(-1)[plan.d_order].reshape(sp_.m, sp_.n)
+            for q in real(sp_, fa, fb, za, zb, plan, always, bound, sp_.k // kb, kb, sa, sa):
+                D = D + q
+        full.append(np.array_equal(D.reshape(-1)[plan.d_flat].view(np.uint32), fast))
+    assert all(full), op

@@ -88,10 +88,18 @@ def _model(variant: str, shape: tuple, sample) -> dict:
     from .. import modelled
 
     prep = modelled._prepare(variant, shape, 0)
-    out = modelled.model_isa(prep["isa"], prep["grid"], prep["block"], prep["make_args"], flops=prep["flops"],
-                             sample=sample, key_extra=["variant", 0])
+    out = _model_isa(prep, sample)
     out.update(variant=prep["variant"], family=prep["family"], shape=list(shape), isa_key=prep["isa_key"], seed=0)
     return out
+
+
+def _model_isa(prep: dict, sample, on_fresh=None) -> dict:
+    """``modelled.model_isa`` of a prepared variant at seed 0: the one cache key that :func:`_model` and
+    :func:`timeline` share."""
+    from .. import modelled
+
+    return modelled.model_isa(prep["isa"], prep["grid"], prep["block"], prep["make_args"], flops=prep["flops"],
+                              sample=sample, key_extra=["variant", 0], on_fresh=on_fresh)
 
 
 def modelled_source(variant: str, shape: Sequence[int]) -> dict:
@@ -152,7 +160,9 @@ def timeline(variant: str, shape: Sequence[int], iterations: int = 2, sample="au
     hot loop (MoE gemm1) is kept whole, so a figure can show where a step's ISA change lands (e.g. the
     epilogue). Columns ``variant, shape, track, start, end, opcode, kind, line`` (cycles from the window's
     start), ``window`` (``hot loop`` / ``whole kernel``), ``window_cycles``, ``model_version, clock_ghz``.
-    Cached on disk (keyed by the ISA, shape, sample and model)."""
+    Cached on disk (keyed by the ISA, shape, sample and model). On a miss the timeline comes from the
+    timing run of :func:`model_row` at the same point when that run is not cached yet (it is then
+    stored for the sweep: one simulation for both), else from a traced run of its own."""
     from .. import modelled
 
     sample = default_sample(variant, shape) if sample == "auto" else sample
@@ -169,7 +179,11 @@ def timeline(variant: str, shape: Sequence[int], iterations: int = 2, sample="au
         return hit if ok else None
 
     def compute():
-        rows = _timeline_rows(variant, shape, prep, sample, iterations)
+        # under this entry's lock the model entry's lock is taken (always in this order: no deadlock)
+        rows = []
+        _model_isa(prep, sample, on_fresh=lambda t, prog: rows.extend(_window(variant, shape, t, prog, iterations)))
+        if not rows:  # the model's point was cached: no simulation ran, so a traced run of its own
+            rows = _timeline_rows(variant, shape, prep, sample, iterations)
         cache.parent.mkdir(parents=True, exist_ok=True)
         results.atomic_write_text(cache, json.dumps(rows))
         return rows
@@ -181,12 +195,17 @@ def timeline(variant: str, shape: Sequence[int], iterations: int = 2, sample="au
 
 def _timeline_rows(variant, shape, prep, sample, iterations) -> list:
     import gfx950emu
-    from gfx950emu.timing import trace as _trace
 
     prog = gfx950emu.load(prep["isa"])
     res = gfx950emu.launch(prog, prep["grid"], prep["block"], prep["make_args"](), timing=True, flops=prep["flops"],
                            timing_sample=sample, timing_trace=True)
-    t = res.timing
+    return _window(variant, shape, res.timing, prog, iterations)
+
+
+def _window(variant, shape, t, prog, iterations) -> list:
+    """The timeline rows of a traced timing run ``t`` (see :func:`timeline`)."""
+    from gfx950emu.timing import trace as _trace
+
     ivs = [iv for iv in _trace.timeline(t, prog) if iv["track"].startswith("wg0 ") or "MFMA" in iv["track"]]
     hot = t.get("hot_loop") or {}
     heads = sorted(iv["start"] for iv in ivs if iv["track"] == "wg0 wave0" and iv["line"] == hot.get("first_line"))

@@ -92,6 +92,9 @@ def step_section(step, shapes: Sequence[Sequence[int]] | None = None, timeline_s
     study, variant, baseline = step.study, step.variant, step.baseline
     shapes = [tuple(s) for s in (shapes or default_shapes(study))]
     names = [n for n in (baseline, variant) if n]
+    tl_shape = tuple(timeline_shape or shapes[study.spec.model_timeline])
+    # the timelines first: a timeline's timing run also gives the sweep its point at that shape
+    tl = pd.concat([timeline(n, tl_shape) for n in names], ignore_index=True)
     sw = sweep([(n, s) for s in shapes for n in names])
     band = error_band()
     switch = step.switch
@@ -99,8 +102,6 @@ def step_section(step, shapes: Sequence[Sequence[int]] | None = None, timeline_s
     record = study.switch_record(study.variant(variant).family, switch) if switch else None
     claims = {variant: getattr(record, "claim", "") if record else ""}
     ver = verdicts(deltas, claims)
-    tl_shape = tuple(timeline_shape or shapes[study.spec.model_timeline])
-    tl = pd.concat([timeline(n, tl_shape) for n in names], ignore_index=True)
     cyc = cycles_table(sw[sw["shape"] == shape_text(tl_shape)])
     out = Path(step.out_dir)
     settings = {"variant": variant, "baseline": baseline, "shapes": [shape_text(s) for s in shapes],
