@@ -27,10 +27,7 @@ DRY_RUN := $(findstring n,$(filter-out -%,$(firstword $(MAKEFLAGS))))
 NOTEBOOKS := $(shell find notebooks -name '*.py' -not -path '*/.ipynb_checkpoints/*' | sort)
 # Where the "this notebook ran with these inputs" stamps live (a variable so tests can use a scratch one).
 STAMP_DIR ?= experiments/.stamps
-# The summary's work (notebooks/summary_work.py: its compiles and model points, which need no step's run)
-# first, so that it runs beside the step notebooks rather than alone before the summary.
-STAMPS := $(patsubst notebooks/%.py,$(STAMP_DIR)/%.done,$(filter notebooks/summary_work.py,$(NOTEBOOKS)) \
-  $(filter-out notebooks/summary_work.py,$(NOTEBOOKS)))
+STAMPS := $(patsubst notebooks/%.py,$(STAMP_DIR)/%.done,$(NOTEBOOKS))
 # Every file under src/ (sources and package data), for regenerating the dependency rules.
 SOURCES := $(shell find src -type f -not -path '*/__pycache__/*' -not -name '*.pyc')
 # Each notebook's own inputs (the modules it imports, followed through src/, with their packages' data

@@ -56,9 +56,6 @@ DATA: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: The notebook that reads the other notebooks' published tables (its inputs include their sources, and
 #: the runs it read key its stamp: :func:`_read_runs`).
 SUMMARY = "notebooks/summary.py"
-#: The notebook that runs the summary's compiles, emulator runs and model points ahead of it (beside the
-#: step notebooks: ``make reproduce`` starts it first): like the summary, it runs every family.
-SUMMARY_WORK = "notebooks/summary_work.py"
 
 
 class NotebookError(ValueError):
@@ -93,14 +90,14 @@ def _first(table, rel: str) -> tuple[str, ...]:
 def family_modules(rel: str) -> set[str]:
     """The kernel modules a notebook at ``rel`` (repo-relative) runs: a step notebook's variant's family
     (:func:`notebook_variant`), else its shapes.toml group's families for ``notebooks/<group>/*``, every
-    family for the summary and its work (:data:`SUMMARY_WORK`), else :data:`FAMILY_MODULES`."""
+    family for the summary, else :data:`FAMILY_MODULES`."""
     import tomllib
 
     from .family import FAMILIES
 
     groups = tomllib.loads((paths.REPO_ROOT / "experiments" / "shapes.toml").read_text())
     parts = rel.split("/")
-    if rel in (SUMMARY, SUMMARY_WORK):
+    if rel == SUMMARY:
         return set(FAMILIES.values())
     name = notebook_variant(paths.REPO_ROOT / rel) if len(parts) == 3 else None
     if name is not None:
