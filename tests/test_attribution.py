@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import random
+import time
 
 import pandas as pd
 import pytest
@@ -280,8 +281,10 @@ def test_inline_run_keeps_order_and_reports_failures_as_rows():
     todo = sweep.tasks(["gemm-v1", "gemm+k_unroll4"], [(8, 8, 8)], ["compile"])
     rows = sweep.run(todo[:1], scheduler="inline", progress=False, fn=sweep.probe)
     assert list(rows["variant"]) == ["gemm-v1"]
+    before = time.time()
     bad = sweep.run_task(sweep.Task("gemm-v1", (7, 8, 8), "compile"))  # check_shape refuses: one line, a row
     assert bad["ok"] is False and bad["error"] and "\n" not in bad["error"]
+    assert before <= bad["started"] <= time.time()  # when it ran: the rows are a timeline of the workers
     assert sweep.failures(pd.DataFrame([bad]))[0].startswith("compile:gemm-v1@7x8x8")
 
 

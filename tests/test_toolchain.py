@@ -261,3 +261,26 @@ def test_a_kernel_that_traces_to_a_module_lowered_before_skips_the_lowering(tmp_
         shutil.rmtree(tmp_path / "compile")
     fresh = toolchain.compile(PROBE, {"rows": 64}, use_cache=False)
     assert not fresh.lowering_cached and fresh.isa == first.isa
+
+
+def test_compile_arguments_at_the_largest_shapes_touch_no_buffer_memory():
+    """An offline compile needs only the buffers' shapes: the arguments of the Kimi MoE at 4096 tokens
+    (gemm1 1.6 GB, gemm2 0.8 GB of buffers) and of a 16384^3 GEMM (0.8 GB) are never written, so they
+    cost no page faults and no resident memory (zero-filled, these compiles' workers passed 2 GB and paid
+    seconds of sys time). The MoE's arguments are the buffers' addresses, so the count is of page faults."""
+    import resource
+
+    pytest.importorskip("flydsl")
+    from mxfp4_ablation.kernels import gemm, moe_gemm1, moe_gemm2
+
+    kimi = (4096, 385, 7168, 512, 9, 128)
+    gemm.compile_entry(256, 256, 256, variant_name="gemm-v9")  # imports FlyDSL and the builders first
+    moe_gemm1.compile_entry(16, 8, 512, 256, 2, 16, variant_name="moe1-v2")
+    moe_gemm2.compile_entry(16, 8, 512, 256, 2, 16, variant_name="moe2-v4")
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    moe_gemm1.compile_entry(*kimi, variant_name="moe1-v2")
+    moe_gemm2.compile_entry(*kimi, variant_name="moe2-v4")
+    _, args = gemm.compile_entry(16384, 16384, 16384, variant_name="gemm-v9")
+    touched = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) * os.sysconf("SC_PAGE_SIZE")
+    assert sum(t.numel() * t.element_size() for t in args if hasattr(t, "numel")) > 8e8
+    assert touched < 300e6, f"{touched / 1e6:.0f} MB of pages touched building compile arguments"

@@ -402,6 +402,10 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
             print(f"[{name}] only kernel builder code changed and all {len(record['compiles'])} compiles of the "
                   f"run give the same code: not rerun ({kept.name})", flush=True)
             return None
+    # nbformat imports jsonschema, whose optional IRI format checks build 38 Lark grammars on import when
+    # rfc3987_syntax is installed (JupyterLab's jupyter-events brings it): 1.4 s of every run's start,
+    # measured. A notebook's schema has no IRI formats, so this process goes without those checks.
+    sys.modules.setdefault("rfc3987_syntax", None)
     import jupytext  # after the skip check: a skipped run never pays for these imports
     import papermill
 

@@ -744,17 +744,19 @@ def compile_entry(tokens: int, experts: int, hidden: int, inter: int, topk: int,
     g = Geometry(tokens, experts, hidden, inter, topk, block_m)
     launcher = build(tokens, experts, hidden, inter, topk, g.BM, **switches)
     u8 = torch.uint8
+    # uninitialised: an offline compile needs only shapes, and untouched pages cost no memory (zero-filled,
+    # the Kimi shape's buffers are 1.6 GB at 4096 tokens, and touching them cost the compile seconds of sys time)
     buffers = dict(
-        a_quant=torch.zeros(tokens * hidden // 2, dtype=u8),
-        a_scale=torch.zeros(g.scale_rows * (hidden // 32), dtype=u8),
-        w1=torch.zeros(experts * 2 * inter * hidden // 2, dtype=u8),
-        w1_scale=torch.zeros(experts * 2 * inter * hidden // 32, dtype=u8),
-        sorted_expert_ids=torch.zeros(g.m_blocks, dtype=torch.int32),
-        num_valid_ids=torch.zeros(2, dtype=torch.int32),
-        m_indices=torch.zeros(g.max_sorted, dtype=torch.int32),
-        inter_quant=torch.zeros(g.max_sorted * inter // 2, dtype=u8),
-        inter_scale=torch.zeros(g.scale_rows * (inter // 32), dtype=u8),
-        hidden_states=torch.zeros(tokens * hidden, dtype=torch.bfloat16),
+        a_quant=torch.empty(tokens * hidden // 2, dtype=u8),
+        a_scale=torch.empty(g.scale_rows * (hidden // 32), dtype=u8),
+        w1=torch.empty(experts * 2 * inter * hidden // 2, dtype=u8),
+        w1_scale=torch.empty(experts * 2 * inter * hidden // 32, dtype=u8),
+        sorted_expert_ids=torch.empty(g.m_blocks, dtype=torch.int32),
+        num_valid_ids=torch.empty(2, dtype=torch.int32),
+        m_indices=torch.empty(g.max_sorted, dtype=torch.int32),
+        inter_quant=torch.empty(g.max_sorted * inter // 2, dtype=u8),
+        inter_scale=torch.empty(g.scale_rows * (inter // 32), dtype=u8),
+        hidden_states=torch.empty(tokens * hidden, dtype=torch.bfloat16),
         tokens=tokens,
     )
     return launcher, (*_abi(switches).compile_args(buffers), g.m_blocks)

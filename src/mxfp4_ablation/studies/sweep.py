@@ -6,7 +6,8 @@ A :class:`Task` is one unit of work on one kernel variant at one shape -- ``what
 cached run the notebooks use) or ``bench`` (paired A/B timing against the family's empty-set kernel on
 a gfx950 GPU; refused anywhere else). :func:`run_task` runs one in the calling process and returns a
 flat row (always: variant, family, switch mask, shape, what, label, ok, error, seconds, cpu_seconds,
-host, pid, and the task's own columns). :func:`run` spreads many over a Dask scheduler:
+host, pid, started -- the task's start as Unix time, so the rows show which worker ran what when -- and
+the task's own columns). :func:`run` spreads many over a Dask scheduler:
 
 * ``"local"`` (the default) starts a ``LocalCluster`` sized to the machine (one single-threaded
   worker process per usable core; ``"local:N"`` or ``workers=N`` for N);
@@ -46,7 +47,7 @@ from ..errors import UsageError
 
 WHATS = ("compile", "verify", "model", "bench")
 COLUMNS = ["variant", "family", "mask", "switches", "shape", "what", "label", "ok", "error", "seconds",
-           "cpu_seconds", "host", "pid"]
+           "cpu_seconds", "host", "pid", "started"]
 
 
 class SweepError(UsageError):
@@ -167,7 +168,7 @@ def run_task(task: Task, raise_errors: bool = False) -> dict:
     from .. import variants
     from ..toolchain import ToolchainError
 
-    t0, c0 = time.perf_counter(), _cpu()
+    start, t0, c0 = time.time(), time.perf_counter(), _cpu()
     v = variants.get(task.variant)
     fam = v.spec
     row: dict[str, Any] = {"variant": v.name, "family": v.family, "mask": fam.mask(v.switches),
@@ -181,7 +182,7 @@ def run_task(task: Task, raise_errors: bool = False) -> dict:
         row.update(ok=False, error=(str(exc).strip().splitlines() or [type(exc).__name__])[0],
                    label=row.get("label", "none"))
     row.update(seconds=round(time.perf_counter() - t0, 3), cpu_seconds=round(_cpu() - c0, 3),
-               host=platform.node(), pid=os.getpid())
+               host=platform.node(), pid=os.getpid(), started=start)
     row.setdefault("label", "none")
     return row
 
@@ -202,7 +203,7 @@ def probe(task: Task) -> dict:
     return {"variant": v.name, "family": v.family, "mask": v.spec.mask(v.switches),
             "switches": "+".join(s for s in v.spec.switches if s in v.switches),
             "shape": "x".join(map(str, task.shape)), "what": task.what, "label": "none", "ok": True, "error": "",
-            "seconds": 0.0, "cpu_seconds": 0.0, "host": platform.node(), "pid": os.getpid(),
+            "seconds": 0.0, "cpu_seconds": 0.0, "host": platform.node(), "pid": os.getpid(), "started": time.time(),
             "flydsl": flydsl, "cache": str(paths.cache_dir())}
 
 
