@@ -167,14 +167,7 @@ reproduce: $(SETUP_STAMP) ## run every notebook (papermill) into experiments/<ru
 	if [ $$rc = 75 ]; then echo "$(REPRODUCE_REFUSED)" >&2; fi; \
 	exit $$rc
 
-# Only the targets that run notebooks need the dependency rules (`make help` stays instant).
-ifneq ($(filter _reproduce $(STAMP_DIR)/%,$(MAKECMDGOALS)),)
-include $(DEPS_MK)
-endif
-
-# In the generated RUN_ORDER (one notebook of each family in turn: mxfp4_ablation.notebooks.run_order),
-# every stamp whatever deps.mk says.
-_reproduce: $(RUN_ORDER) $(filter-out $(RUN_ORDER),$(STAMPS))
+_reproduce: $(STAMPS)
 	@echo "reproduce: up to date ($(words $(STAMPS)) notebooks)"
 
 # A unique temp name: two makes (a run and a `make -n`) may regenerate it at once.
@@ -183,6 +176,10 @@ $(DEPS_MK): $(NOTEBOOKS) $(SOURCES) experiments/shapes.toml
 	@tmp=$$(mktemp $@.XXXXXX.tmp) && trap 'rm -f "$$tmp"' EXIT && \
 	  PYTHONPATH=src $(PYX) -m mxfp4_ablation.notebooks deps --stamps $(STAMP_DIR) > "$$tmp" && mv "$$tmp" $@
 
+# Only the targets that run notebooks need the dependency rules (`make help` stays instant).
+ifneq ($(filter _reproduce $(STAMP_DIR)/%,$(MAKECMDGOALS)),)
+include $(DEPS_MK)
+endif
 
 # A notebook reruns only when it or one of its inputs changed (the rules in $(DEPS_MK)). The stamp is
 # touched only after the run published its folder; an interrupted run publishes nothing, stamps nothing.

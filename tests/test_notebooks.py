@@ -147,18 +147,8 @@ def test_a_notebook_depends_on_its_family_and_shared_code_only():
     # Every family's kernel module is its study notebooks' input, from shapes.toml's groups.
     named = set().union(*(notebooks.family_modules(str(nb.relative_to(paths.REPO_ROOT))) for nb in STEP_NOTEBOOKS))
     assert set(variants.KERNEL_MODULES.values()) <= named
-    lines = notebooks.make_rules("S").splitlines()[1:]
-    rules = [r for r in lines if " | " not in r and not r.startswith("RUN_ORDER")]
+    rules = notebooks.make_rules("S").splitlines()[1:]
     assert len(rules) == len(NOTEBOOKS) and all(r.startswith("S/") for r in rules)
-    # each step after its predecessor (order only), a chain restarting at each baseline
-    order_only = dict(r.split(": | ") for r in lines if " | " in r)
-    assert order_only["S/gemm/01_agpr_acc.done"] == "S/gemm/00_baseline.done"
-    assert order_only["S/moe/21_gemm2_int64_abi.done"] == "S/moe/20_gemm2_baseline.done"
-    assert not any(k.endswith("baseline.done") for k in order_only) and "S/summary.done" not in order_only
-    (run_order,) = [r for r in lines if r.startswith("RUN_ORDER := ")]
-    order = run_order.split(" := ")[1].split()
-    assert sorted(order) == sorted(r.split(":")[0] for r in rules)
-    assert order[:3] == ["S/gemm/00_baseline.done", "S/moe/10_gemm1_baseline.done", "S/gemm/01_agpr_acc.done"]
 
 
 # --------------------------------------------------------------------------------------------- Makefile
@@ -201,14 +191,6 @@ def test_make_j2_reproduce_runs_the_summary_last_and_then_nothing(fake_make):
     assert sorted(starts) == sorted(str(p.relative_to(paths.REPO_ROOT)) for p in NOTEBOOKS)
     assert lines[-2:] == ["start notebooks/summary.py", "end notebooks/summary.py"]
     assert any(a.startswith("start") and b.startswith("start") for a, b in zip(lines, lines[1:])), "ran 2 at once"
-    running: set[str] = set()  # two GEMM steps (a step and its predecessor) never run side by side
-    for ln in lines:
-        what, nb = ln.split(" ", 1)
-        if what == "start":
-            assert not any(r.startswith("notebooks/gemm/") for r in running) or not nb.startswith("notebooks/gemm/")
-            running.add(nb)
-        else:
-            running.discard(nb)
     log.write_text("")
     assert make("reproduce").returncode == 0 and log.read_text() == ""  # up to date: nothing reruns
 
@@ -315,7 +297,7 @@ def test_concurrent_deps_regeneration_does_not_collide(fake_make):
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
     deps = (tmp / "stamps" / "deps.mk").read_text().splitlines()
-    assert len([d for d in deps if ": | " not in d]) == len(NOTEBOOKS) + 2 and not list((tmp / "stamps").glob("*.tmp"))
+    assert len(deps) == len(NOTEBOOKS) + 1 and not list((tmp / "stamps").glob("*.tmp"))
 
 
 @pytest.mark.parametrize("mode, needle", [("bogus", "MODE='bogus' is not one of device, emulated, static"),
