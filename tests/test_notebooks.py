@@ -456,8 +456,8 @@ def test_a_published_run_redraws_its_figures_from_its_final_tables(monkeypatch, 
 
 
 def test_a_figure_the_run_drew_from_its_final_data_is_not_drawn_again(monkeypatch, tmp_path):
-    """After a run, a figure drawn when the run folder already held every data file it holds now (drawn
-    under the run's .partial name) is left as drawn; one drawn before a later cell wrote a table (a step's
+    """At a run's end (its last cell, in the .partial folder) and after it, a figure drawn when the run
+    folder already held every data file it holds now is left as drawn; one drawn before a later cell wrote a table (a step's
     speed figure before its modelled section: the drawing only checked that table's absence), one whose
     file changed since, and any figure of another run folder are drawn again."""
     import matplotlib.pyplot as plt
@@ -491,13 +491,13 @@ def test_a_figure_the_run_drew_from_its_final_data_is_not_drawn_again(monkeypatc
     figures.render("t/early", partial)
     results.write_table(pd.DataFrame({"y": [1]}), partial / "later.parquet", {"mode": "emulated"})
     figures.render("t/late", partial)
+    calls.clear()
+    notebooks.redraw_figures("gemm--01_x", partial, keep_current=True)  # the runner's last cell (publish_cell)
+    assert calls == ["early"]
     final = partial.with_name("20260101T000000Z-abc-gemm--01_x")
     (partial / ".owner").unlink()
     partial.rename(final)
     (final / "notebook.ipynb").write_text("{}")  # the executed notebook, copied in last: no data
-    calls.clear()
-    notebooks.redraw_figures("gemm--01_x", final, keep_current=True)
-    assert calls == ["early"]
     calls.clear()
     assert notebooks.redraw_figures("gemm--01_x", final, keep_current=True) == [] and calls == []
     notebooks.redraw_figures("gemm--01_x", final)  # make figures' way: everything
@@ -690,3 +690,29 @@ def test_the_summarys_builder_skip_keys_on_the_step_runs_it_reads(tmp_path, monk
     after = notebooks._digests(summary, "emulated")
     assert after[0] == before[0] and after[1] != before[1]
     assert notebooks._digests(step, "emulated") == step_before
+
+
+def test_every_run_ends_with_the_figure_publishing_cell(tmp_path, monkeypatch):
+    """The runner appends one cell that redraws the run's stale figures in the notebook's own kernel
+    (it no longer imports the figure code itself); the executed notebook shows it."""
+    import papermill
+
+    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path / "exp"))
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    nb = tmp_path / "notebooks" / "x.py"
+    nb.parent.mkdir()
+    nb.write_text("# %%\n1\n")
+    monkeypatch.setattr(notebooks, "notebook_dependencies", lambda source: [])
+    seen = []
+
+    def execute(src, out, **kw):
+        cells = json.loads(Path(src).read_text())["cells"]
+        seen.append(cells[-1])
+        shutil.copy(src, out)
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    run = notebooks.run(nb)
+    (last,) = seen
+    assert notebooks.PUBLISH_TAG in last["metadata"]["tags"]
+    assert "_redraw('x', out_dir, keep_current=True)" in "".join(last["source"])
+    assert (run / "x.ipynb").is_file()

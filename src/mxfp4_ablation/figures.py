@@ -150,7 +150,7 @@ def drawn_from(name: str, run_dir: str | Path) -> bool:
     except (OSError, ValueError, TypeError, KeyError):
         return False
     run_dir = Path(run_dir)
-    if not outputs or run != run_dir.name or state != _data_state(run_dir):
+    if not outputs or run != run_dir.name.split(".")[0] or state != _data_state(run_dir):
         return False
     return all(_sha(Path(p)) == sha for p, sha in outputs.items())
 

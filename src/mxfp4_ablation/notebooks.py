@@ -412,6 +412,7 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
     from . import results, toolchain
 
     notebook = jupytext.read(source)
+    notebook.cells.append(publish_cell(name))
     from .tempdirs import owned_tempdir
 
     with _lock(source, name), _stop_on_signals() as state, owned_tempdir("nb-") as tmp, \
@@ -443,7 +444,6 @@ def run(source: str | Path, parameters: dict | None = None, kernel_name: str = K
                 print(f"[{name}] FAILED; partly executed notebook: {failed / (name + '.ipynb')}", file=sys.stderr)
             raise
         compiles = toolchain.read_compile_log(compile_log)
-    redraw_figures(name, rd.final, keep_current=True)
     if digest is not None:
         _write_stamp(Path(stamp), digest, outer, compiles)
     print(f"[{name}] done -> {rd.final}", flush=True)
@@ -465,6 +465,23 @@ def _compile_log(path: Path) -> Iterator[Path]:
             os.environ.pop(COMPILE_LOG_ENV, None)
         else:
             os.environ[COMPILE_LOG_ENV] = saved
+
+
+#: The tag of the cell :func:`run` appends to every notebook it executes (:func:`publish_cell`).
+PUBLISH_TAG = "publish-figures"
+
+
+def publish_cell(name: str):
+    """The last cell of every run: :func:`redraw_figures` in the notebook's own kernel, where FlyDSL-free
+    figure code and matplotlib are already imported (in the runner they were ~2.2 of its ~3 CPU-s per
+    notebook, measured), before the run folder is published."""
+    import nbformat
+
+    source = ("# Added by the runner (mxfp4_ablation.notebooks.run): every figure of this run whose data a later "
+              "cell changed is drawn\n# again from the run folder, so what is published never depends on the "
+              "order of the cells.\nfrom mxfp4_ablation.notebooks import redraw_figures as _redraw\n\n"
+              f"_drawn = _redraw({name!r}, out_dir, keep_current=True)\n")
+    return nbformat.v4.new_code_cell(source, metadata={"tags": [PUBLISH_TAG]})
 
 
 def redraw_figures(name: str, run_dir: Path, keep_current: bool = False) -> list[Path]:
