@@ -284,3 +284,21 @@ def test_compile_arguments_at_the_largest_shapes_touch_no_buffer_memory():
     touched = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) * os.sysconf("SC_PAGE_SIZE")
     assert sum(t.numel() * t.element_size() for t in args if hasattr(t, "numel")) > 8e8
     assert touched < 300e6, f"{touched / 1e6:.0f} MB of pages touched building compile arguments"
+
+
+def test_the_worker_traces_without_source_locations_and_puts_them_back():
+    """Inside the block every FlyDSL module's ``capture_user_location`` gives an unknown location (the
+    ISA is the same: tests/test_isa_golden.py); after it, FlyDSL's own function is back everywhere."""
+    pytest.importorskip("flydsl")
+    import sys
+
+    from flydsl.expr import meta
+
+    from mxfp4_ablation import _compile_worker
+
+    capture = meta.capture_user_location
+    with _compile_worker._without_source_locations():
+        holders = [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("flydsl")
+                   and hasattr(m, "capture_user_location")]
+        assert len(holders) >= 3 and all(m.capture_user_location is not capture for m in holders)
+    assert all(m.capture_user_location is capture for m in holders)
