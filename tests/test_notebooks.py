@@ -457,9 +457,9 @@ def test_a_published_run_redraws_its_figures_from_its_final_tables(monkeypatch, 
 
 def test_a_figure_the_run_drew_from_its_final_data_is_not_drawn_again(monkeypatch, tmp_path):
     """At a run's end (its last cell, in the .partial folder) and after it, a figure drawn when the run
-    folder already held every data file it holds now is left as drawn; one drawn before a later cell wrote a table (a step's
-    speed figure before its modelled section: the drawing only checked that table's absence), one whose
-    file changed since, and any figure of another run folder are drawn again."""
+    folder already held every data file it holds now is left as drawn; one drawn before a later cell
+    wrote a table (a step's speed figure before its modelled section: the drawing only checked that
+    table's absence), one whose file changed since, and any figure of another run folder are drawn again."""
     import matplotlib.pyplot as plt
     import pandas as pd
 

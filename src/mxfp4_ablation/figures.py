@@ -133,9 +133,14 @@ def _sha(path: Path) -> str | None:
         return None
 
 
+def _run_id(run_dir: Path) -> str:
+    """A run folder's id: its name without the ``.<random>.partial`` of a run in progress."""
+    return run_dir.name.split(".")[0]
+
+
 def _record_drawn(name: str, run_dir: Path, state: dict, out: list[Path]) -> None:
     """The run folder figure ``name`` was just drawn from (its data files as they were) and its files."""
-    record = {"run": run_dir.name.split(".")[0], "data": state, "outputs": {str(p.resolve()): _sha(p) for p in out}}
+    record = {"run": _run_id(run_dir), "data": state, "outputs": {str(p.resolve()): _sha(p) for p in out}}
     with contextlib.suppress(OSError):
         results.atomic_write_text(_drawn_record(name), json.dumps(record))
 
@@ -150,7 +155,7 @@ def drawn_from(name: str, run_dir: str | Path) -> bool:
     except (OSError, ValueError, TypeError, KeyError):
         return False
     run_dir = Path(run_dir)
-    if not outputs or run != run_dir.name.split(".")[0] or state != _data_state(run_dir):
+    if not outputs or run != _run_id(run_dir) or state != _data_state(run_dir):
         return False
     return all(_sha(Path(p)) == sha for p, sha in outputs.items())
 

@@ -485,7 +485,8 @@ def publish_cell(name: str):
 
 
 def redraw_figures(name: str, run_dir: Path, keep_current: bool = False) -> list[Path]:
-    """Draw every registered figure of run ``name`` again from the published run's final tables, as
+    """Draw every registered figure of run ``name`` again from the run folder's final tables (the run's
+    last cell, :func:`publish_cell`, in its ``.partial`` folder; ``make figures`` from the published one), as
     ``make figures`` does: a cell may draw a figure before a later cell stores more of its data (a step's
     speed figure before its modelled section), and what is published must not depend on cell order.
     ``keep_current``: a figure whose files were drawn when the run folder's data files were all as they
