@@ -245,10 +245,18 @@ def _build_mfma(ins, ctx, name, d):
     d.vwrites = frozenset(range(di, di + nC))
     d.sreads = frozenset(sreads)
     kw = dict(cbsz=cbsz, blgp=blgp, op_sel=op_sel, op_sel_hi=op_sel_hi, abid=abid)
+    zsel = _mfma.zero_shortcut(name, **kw)          # A, B, C all +0 -> D = +0 (mfma.zero_shortcut)
+    czero = ci is not None or not cconst.any()
 
     def h(w):
         if not w.exec_full:
             raise ExecError(f"line {line}: MFMA with a partial EXEC mask is not modelled")
+        v = w.v
+        if zsel is not False and czero and not v[ai:ai + nA].any() and not v[bi:bi + nB].any() and (
+                ci is None or not v[ci:ci + nC].any()) and (
+                zsel is None or not (_mfma.nan_scale(gsa(w), zsel[0]) or _mfma.nan_scale(gsb(w), zsel[1]))):
+            v[di:di + nC] = 0
+            return
         a = w.v[ai:ai + nA].T
         b = w.v[bi:bi + nB].T
         c = w.v[ci:ci + nC].T if ci is not None else cconst

@@ -501,6 +501,34 @@ def _blocks(sp, fa, fb, a, b, plan, always, bound, nblk, kb, sa, sb) -> np.ndarr
     return P.astype(np.float32, copy=False)
 
 
+def zero_shortcut(opcode: str, cbsz: int = 0, blgp: int = 0, op_sel=(0, 0, 0), op_sel_hi=(0, 0, 0),
+                  abid: int = 0):
+    """The scale bytes ``(sel_a, sel_b)`` (``None`` for an unscaled MFMA) under which a caller holding A,
+    B and C all +0 bits may write D = +0 bits without calling :func:`execute`, or ``False`` when the
+    modifiers are ones :func:`execute` refuses (then call it, for its error).
+
+    The rule is execute's own zero shortcut: A and B +0 and no NaN scale make every product and block
+    +0, so D = C + (+0) per block; with C +0 that is +0 -- bit for bit what execute returns.  A caller
+    checks the scales with :func:`nan_scale` (the timing model's inputs are all zero: its hottest case)."""
+    try:
+        sp = _resolve(opcode, cbsz, blgp, abid)[0]
+    except ValueError:
+        return False
+    if not sp.scaled:
+        return None if not (any(op_sel) or any(op_sel_hi)) else False
+    if _bit(op_sel, 2) or _bit(op_sel_hi, 2):
+        return False
+    return _bit(op_sel, 0) + 2 * _bit(op_sel_hi, 0), _bit(op_sel, 1) + 2 * _bit(op_sel_hi, 1)
+
+
+_E8M0_NAN = np.isnan(_E8M0)
+
+
+def nan_scale(scale: np.ndarray, sel: int) -> bool:
+    """Whether byte ``sel`` of any lane's scale value (uint32 [64]) is a NaN E8M0 scale."""
+    return bool(_E8M0_NAN[np.ascontiguousarray(scale, dtype="<u4").view(np.uint8)[sel::4]].any())
+
+
 def execute(
     opcode: str,
     a,

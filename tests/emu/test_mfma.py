@@ -499,3 +499,43 @@ def test_zero_operands_give_the_bits_of_the_full_arithmetic(op, monkeypatch):
                 D = D + q
         full.append(np.array_equal(D.reshape(-1)[plan.d_flat].view(np.uint32), fast))
     assert all(full), op
+
+
+# ---- the kernel handler's own zero shortcut (kernel._build_mfma, mfma.zero_shortcut) ----
+_ZERO_CASES = [
+    # (MFMA line, C per lane, scale per lane, shortcut taken): inputs arrive in v10 (scale) and v11 (C);
+    # both scale operands are v10, so op_sel / op_sel_hi pick byte (bit 0 | hi 0) for A, (bit 1 | hi 1) for B
+    (f"{OP16} v[20:23], v[30:33], v[34:37], v[40:43], v10, v10 cbsz:4 blgp:4", 0, 0x7F7F7F7F, True),
+    (f"{OP16} v[20:23], v[30:33], v[34:37], v[40:43], v10, v10 cbsz:4 blgp:4", 0, 0x7F7F7FFF, False),  # NaN byte 0
+    (f"{OP16} v[20:23], v[30:33], v[34:37], v[40:43], v10, v10 op_sel:[1,1,0] cbsz:4 blgp:4", 0, 0x7F7F7FFF, True),
+    (f"{OP16} v[20:23], v[30:33], v[34:37], v[40:43], v10, v10 op_sel:[1,0,0] cbsz:4 blgp:4", 0, 0x7F7F7FFF, False),
+    (f"{OP16} v[20:23], v[30:33], v[34:37], v[40:43], v10, v10 op_sel_hi:[1,1,0] cbsz:4 blgp:4", 0, 0xFF7F7F7F, True),
+    (f"{OP16} v[20:23], v[30:33], v[34:37], v[40:43], v10, v10 op_sel_hi:[0,1,0] cbsz:4 blgp:4", 0, 0x7FFF7F7F, False),
+    (f"{OP16} v[20:23], v[30:33], v[34:37], v[40:43], v10, v10 cbsz:4 blgp:4", 0x80000000, 0x7F7F7F7F, False),  # -0
+    (f"{OP16} v[20:23], v[30:33], v[34:37], 0, v10, v10 cbsz:4 blgp:4", 0, 0x7F7F7F7F, True),
+    (f"{OP16} v[20:23], v[30:33], v[34:37], 1.0, v10, v10 cbsz:4 blgp:4", 0, 0x7F7F7F7F, False),
+    ("v_mfma_f32_16x16x32_bf16 v[20:23], v[30:33], v[34:37], v[40:43]", 0, 0, True),
+    ("v_mfma_f32_16x16x32_bf16 v[20:23], v[30:33], v[34:37], v[40:43]", 0x00000001, 0, False),          # denormal C
+]
+
+
+@pytest.mark.parametrize("line, c, scale, shortcut", _ZERO_CASES)
+def test_kernel_zero_shortcut_gives_the_bits_execute_gives(line, c, scale, shortcut, monkeypatch):
+    """The MFMA handler writes D = +0 without calling execute when A, B and C are +0 bits and no
+    selected scale byte is NaN; D must be the bits execute gives, for -0 / denormal / inline C and NaN
+    scales in the selected and the unselected byte (execute forced by switching the shortcut off)."""
+    import emu_asm
+    zeros = "\n".join(f"v_mov_b32_e32 v{r}, 0" for r in range(30, 38))
+    cs = "\n".join(f"v_mov_b32_e32 v{r}, v11" for r in range(40, 44))
+    lines = f"{zeros}\n{cs}\ns_nop 4\n{line}\ns_nop 7\ns_nop 7\ns_nop 7"
+    lane = np.arange(64, dtype=np.uint32)
+    inputs = [np.full(64, scale, np.uint32), np.where(lane % 3 == 0, np.uint32(c), np.uint32(0))]
+    calls = []
+    real = mfma.execute
+    monkeypatch.setattr(mfma, "execute", lambda *a, **k: calls.append(1) or real(*a, **k))
+    fast = emu_asm.run_valu(lines, inputs, nout=4)
+    assert (not calls) == shortcut, line
+    monkeypatch.setattr(mfma, "zero_shortcut", lambda *a, **k: False)
+    full = emu_asm.run_valu(lines, inputs, nout=4)
+    assert calls, "the forced full path calls execute"
+    assert np.array_equal(fast, full), line
