@@ -86,3 +86,11 @@ def test_bench_reproduce_profiles_the_cold_run_by_notebook(tmp_path):
     B.write([], tmp_path, "x", meta, rows)
     assert (tmp_path / "x_by_notebook.csv").read_text().splitlines()[1] == "summary,30.0,3.0,3.0,step_0()"
     assert "| gemm--05_b_carry | 100.0 | 21.8 | 20.2 | step_1() |" in (tmp_path / "x.md").read_text()
+
+
+def test_bench_reproduce_isa_edit_matches_one_line_of_its_step():
+    """The ISA-changing edit finds its one line in the step file (else the benchmark refuses to start)."""
+    from mxfp4_ablation import bench_reproduce as B, paths
+
+    f = paths.REPO_ROOT / "src" / "mxfp4_ablation" / "kernels" / "gemm" / "steps" / f"{B.ISA_EDIT[0]}.py"
+    assert f.read_text().count(B.ISA_EDIT[1]) == 1

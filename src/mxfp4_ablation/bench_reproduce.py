@@ -12,7 +12,10 @@ changes are not in the clone; the table says so), then measures, one after anoth
 3. a comment added to one step's kernel file (``--step``: the GEMM step ``05_b_carry``), then
    ``make reproduce``;
 4. a code edit of that file that keeps its ISA (one more module constant), then ``make reproduce``:
-   what changing a switch's implementation costs the pipeline beyond the compiles themselves.
+   what changing a switch's implementation costs the pipeline beyond the compiles themselves;
+5. a code edit that changes one step's ISA (:data:`ISA_EDIT`: ``wide_epilogue`` stores its C rows in
+   the other order, the same C), then ``make reproduce``: that step, the steps after it and the summary
+   rerun.
 
 Each row: wall time, user + sys CPU time of make and everything under it, the peak RSS of its largest
 process (``getrusage`` of the children), the notebooks run and those skipped (inputs changed only in
@@ -42,6 +45,8 @@ from .bench_pipeline import _measure, machine_line
 
 COLUMNS = ["step", "what", "wall_s", "user_s", "sys_s", "max_rss_mb", "notebooks_run", "notebooks_skipped", "rc"]
 PROFILE_COLUMNS = ["notebook", "start_s", "papermill_s", "slowest_cell_s", "slowest_cell"]
+#: The ISA-changing edit: (GEMM step file, text, its replacement) -- the C stores in reversed row order.
+ISA_EDIT = ("08_wide_epilogue", "        for ti in range(4):\n", "        for ti in reversed(range(4)):\n")
 
 
 def cold_profile(clone: Path, t0: float) -> list[dict]:
@@ -83,6 +88,9 @@ def run(clone: Path, step: str) -> list[dict]:
     step_file = clone / "src" / "mxfp4_ablation" / "kernels" / "gemm" / "steps" / f"{Path(step).name}.py"
     if not step_file.is_file():
         raise SystemExit(f"bench_reproduce: no step file {step_file.relative_to(clone)}")
+    isa_file = step_file.with_name(f"{ISA_EDIT[0]}.py")
+    if not isa_file.is_file() or isa_file.read_text().count(ISA_EDIT[1]) != 1:
+        raise SystemExit(f"bench_reproduce: {isa_file.relative_to(clone)} lacks the one line the ISA edit changes")
     edits = [
         ("cold", "make reproduce, fresh clone, empty caches, setup included", None),
         ("again", "make reproduce again, nothing changed", None),
@@ -93,7 +101,9 @@ def run(clone: Path, step: str) -> list[dict]:
     ]
     rows, cold = [], None
     for key, what, append in edits:
-        if append is not None:
+        if isinstance(append, tuple):
+            isa_file.write_text(isa_file.read_text().replace(*append))
+        elif append is not None:
             with open(step_file, "a") as f:
                 f.write(append)
         start = log.stat().st_size if log.exists() else 0
