@@ -94,3 +94,6 @@ def test_bench_reproduce_isa_edit_matches_one_line_of_its_step():
 
     f = paths.REPO_ROOT / "src" / "mxfp4_ablation" / "kernels" / "gemm" / "steps" / f"{B.ISA_EDIT[0]}.py"
     assert f.read_text().count(B.ISA_EDIT[1]) == 1
+    steps = B._edits(paths.REPO_ROOT, f.with_name("05_b_carry.py"), f)
+    assert [s[0] for s in steps] == ["cold", "again", "comment", "code", "isa"]
+    assert steps[-1][2] == B.ISA_EDIT[1:]

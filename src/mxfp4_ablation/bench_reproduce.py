@@ -79,6 +79,21 @@ def _counts(text: str) -> tuple[int, int]:
     return len(re.findall(r"^\[[^\]]+\] done -> ", text, re.M)), len(re.findall(r"^\[[^\]]+\] .*not rerun", text, re.M))
 
 
+def _edits(clone: Path, step_file: Path, isa_file: Path) -> list[tuple]:
+    """The measured steps: (key, what, edit) -- edit None (nothing), a text appended to ``step_file``,
+    or ``(old, new)`` replaced once in ``isa_file``."""
+    return [
+        ("cold", "make reproduce, fresh clone, empty caches, setup included", None),
+        ("again", "make reproduce again, nothing changed", None),
+        ("comment", f"a comment added to {step_file.relative_to(clone)}, then make reproduce",
+         "\n# bench_reproduce: a comment\n"),
+        ("code", f"a code edit of {step_file.relative_to(clone)} that keeps its ISA (a module constant), "
+                 "then make reproduce", "\n_BENCH_REPRODUCE_EDIT = 1\n"),
+        ("isa", f"a code edit of {isa_file.relative_to(clone)} that changes its ISA (C rows stored in reversed "
+                "order), then make reproduce", ISA_EDIT[1:]),
+    ]
+
+
 def run(clone: Path, step: str) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "VIRTUAL_ENV",
                                                              "PYTHONPATH", "MXFP4_EXPERIMENTS", "MXFP4_FIGURES")}
@@ -91,14 +106,7 @@ def run(clone: Path, step: str) -> list[dict]:
     isa_file = step_file.with_name(f"{ISA_EDIT[0]}.py")
     if not isa_file.is_file() or isa_file.read_text().count(ISA_EDIT[1]) != 1:
         raise SystemExit(f"bench_reproduce: {isa_file.relative_to(clone)} lacks the one line the ISA edit changes")
-    edits = [
-        ("cold", "make reproduce, fresh clone, empty caches, setup included", None),
-        ("again", "make reproduce again, nothing changed", None),
-        ("comment", f"a comment added to {step_file.relative_to(clone)}, then make reproduce",
-         "\n# bench_reproduce: a comment\n"),
-        ("code", f"a code edit of {step_file.relative_to(clone)} that keeps its ISA (a module constant), "
-                 "then make reproduce", "\n_BENCH_REPRODUCE_EDIT = 1\n"),
-    ]
+    edits = _edits(clone, step_file, isa_file)
     rows, cold = [], None
     for key, what, append in edits:
         if isinstance(append, tuple):
