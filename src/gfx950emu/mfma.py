@@ -397,8 +397,17 @@ def _lane_scales(scale, sel: int, name: str) -> np.ndarray:
     s = np.asarray(scale)
     if s.shape != (64,):
         raise ValueError(f"{name} must hold one scale VGPR value per lane, shape (64,), got {s.shape}")
-    byte = np.ascontiguousarray(s, dtype="<u4").view(np.uint8)[sel::4]     # byte sel of each lane's value
-    return _E8M0[byte]
+    return _E8M0[_scale_bytes(s, sel)]
+
+
+def _scale_bytes(scale, sel: int) -> np.ndarray:
+    """Byte ``sel`` of each lane's scale value (uint8 [64])."""
+    return np.ascontiguousarray(scale, dtype="<u4").view(np.uint8)[sel::4]
+
+
+def _scale_selects(op_sel, op_sel_hi) -> tuple[int, int]:
+    """The scale byte op_sel / op_sel_hi pick for A and for B (bit 0 / bit 1 of each)."""
+    return _bit(op_sel, 0) + 2 * _bit(op_sel_hi, 0), _bit(op_sel, 1) + 2 * _bit(op_sel_hi, 1)
 
 
 def _check_regs(x, n: int, name: str) -> np.ndarray:
@@ -518,7 +527,7 @@ def zero_shortcut(opcode: str, cbsz: int = 0, blgp: int = 0, op_sel=(0, 0, 0), o
         return None if not (any(op_sel) or any(op_sel_hi)) else False
     if _bit(op_sel, 2) or _bit(op_sel_hi, 2):
         return False
-    return _bit(op_sel, 0) + 2 * _bit(op_sel_hi, 0), _bit(op_sel, 1) + 2 * _bit(op_sel_hi, 1)
+    return _scale_selects(op_sel, op_sel_hi)
 
 
 _E8M0_NAN = np.isnan(_E8M0)
@@ -526,7 +535,7 @@ _E8M0_NAN = np.isnan(_E8M0)
 
 def nan_scale(scale: np.ndarray, sel: int) -> bool:
     """Whether byte ``sel`` of any lane's scale value (uint32 [64]) is a NaN E8M0 scale."""
-    return bool(_E8M0_NAN[np.ascontiguousarray(scale, dtype="<u4").view(np.uint8)[sel::4]].any())
+    return bool(_E8M0_NAN[_scale_bytes(scale, sel)].any())
 
 
 def execute(
@@ -567,8 +576,9 @@ def execute(
             raise ValueError(f"{opcode} needs scale_a and scale_b (the two scale VGPRs)")
         if _bit(op_sel, 2) or _bit(op_sel_hi, 2):
             raise ValueError("op_sel[2]/op_sel_hi[2] must be 0: the accumulator has no scale")
-        sa = _lane_scales(scale_a, _bit(op_sel, 0) + 2 * _bit(op_sel_hi, 0), "scale_a")
-        sb = _lane_scales(scale_b, _bit(op_sel, 1) + 2 * _bit(op_sel_hi, 1), "scale_b")
+        sel_a, sel_b = _scale_selects(op_sel, op_sel_hi)
+        sa = _lane_scales(scale_a, sel_a, "scale_a")
+        sb = _lane_scales(scale_b, sel_b, "scale_b")
     else:
         if scale_a is not None or scale_b is not None:
             raise ValueError(f"{opcode} is not a scaled MFMA; scale_a/scale_b must be None")
