@@ -117,32 +117,28 @@ class MoEGeometry:
 def routed_problem(g: MoEGeometry, seed: int, lazy: bool):
     """The host side of one launch's inputs: ``(problem, raw, sorting)`` -- the
     :class:`~mxfp4_ablation.moe.host.MoEProblem` of ``g``'s shape, its inputs
-    (``moe.host.make_moe_inputs``; without the weights when ``lazy``) and their ``block_m`` sorting."""
+    (``moe.host.make_moe_inputs``; the routing only when ``lazy``) and their ``block_m`` sorting."""
     from mxfp4_ablation.moe import host
 
     problem = host.MoEProblem(experts=g.E, hidden=g.H, intermediate=g.I, topk=g.topk, tokens=g.M, seed=seed,
                               regime=g.regime)
-    raw = host.make_moe_inputs(problem, with_weights=not lazy)
+    raw = host.make_moe_inputs(problem, with_weights=not lazy, with_activations=not lazy)
     return problem, raw, host.moe_sort(raw["topk_ids"], raw["topk_weights"], g.E, g.BM)
 
 
 def expert_weights(problem, raw: dict, tag: str, lazy: bool):
-    """Weight ``tag`` (``"w1"``, ``"w2"``) as a kernel reads it: ``(bytes, scales, fills)``, preshuffled
-    (``moe.host.preshuffle_w1`` / ``preshuffle_w2``) from ``raw``'s plain weights, ``fills`` empty. ``lazy``
-    (a sampled timing run, which touches a few experts): ``meta`` tensors of the same shapes (no storage)
-    and ``fills`` mapping the buffer names ``tag`` / ``tag_scale`` to ``fill(lo, hi)`` -> those bytes
-    ``[lo, hi)``, made an expert at a time (``moe.host.lazy_expert_weights``)."""
+    """Weight ``tag`` (``"w1"``, ``"w2"``) as a kernel reads it: ``(bytes, scales)``, preshuffled
+    (``moe.host.preshuffle_w1`` / ``preshuffle_w2``) from ``raw``'s plain weights; ``lazy`` (a timing
+    run): ``meta`` tensors of the same shapes (no storage; the timing run maps them as zeros)."""
     import torch
 
     from mxfp4_ablation.moe import host
 
     if lazy:
-        w = host.lazy_expert_weights(problem, tag)
         meta = {"device": "meta", "dtype": torch.uint8}
-        fills = {tag: w.fill_quant, f"{tag}_scale": w.fill_scale}
-        return torch.empty(w.quant_shape, **meta), torch.empty(w.scale_shape, **meta), fills
+        return tuple(torch.empty(shape, **meta) for shape in host.weight_shapes(problem, tag))
     preshuffle = host.preshuffle_w1 if tag == "w1" else host.preshuffle_w2
-    return (*preshuffle(raw[f"{tag}_quant"], raw[f"{tag}_scale"]), {})
+    return preshuffle(raw[f"{tag}_quant"], raw[f"{tag}_scale"])
 
 
 def switch_flags(family: Family, switches) -> types.SimpleNamespace:

@@ -89,7 +89,7 @@ __all__ = [
     "small_test_problem",
     "make_moe_inputs",
     "expert_mxfp4",
-    "lazy_expert_weights",
+    "weight_shapes",
     "route_topk",
     "MoESorting",
     "max_sorted_rows",
@@ -258,8 +258,8 @@ def expert_mxfp4(seed: int, tag: str, expert: int, rows: int, cols: int, k: int)
     """One expert's random fp4 bytes ``uint8 [rows, cols/2]`` and E8M0 scales ``[rows, cols/32]``, sized so
     that ``|w| ~ 1/sqrt(k)``; ``tag`` names the weight ("w1", "w2").  Drawing codes directly (instead of
     quantising a float matrix) keeps the Kimi weights affordable (1.4 GB of bytes, no 5.6 GB float
-    tensor first); one generator per expert (:func:`_expert_generator`) lets a timing run build only
-    the experts its sampled workgroups read (:func:`lazy_expert_weights`)."""
+    tensor first); one generator per expert (:func:`_expert_generator`) keeps an expert's bytes the
+    same whatever the expert count drawn."""
     gen = _expert_generator(seed, tag, expert)
     packed = torch.randint(0, 256, (rows, cols // 2), generator=gen, dtype=torch.uint8)
     base = 127 - 2 - round(math.log2(math.sqrt(k)))  # mean |E2M1 code| ~ 2.25 = 2**1.2
@@ -281,54 +281,13 @@ def _weight_dims(p: "MoEProblem", tag: str):
     return (2 * p.intermediate, p.hidden, p.hidden) if tag == "w1" else (p.hidden, p.intermediate, p.intermediate)
 
 
-class lazy_expert_weights:
-    """The preshuffled bytes of one weight (``tag`` "w1" / "w2") of ``problem``, made an expert at a time
-    on demand: ``fill_quant(lo, hi)`` / ``fill_scale(lo, hi)`` return bytes ``[lo, hi)`` of the flat
-    buffers :func:`preshuffle_w1` / :func:`preshuffle_w2` make from :func:`make_moe_inputs`'s weights
-    (the same bytes; both preshuffles work within one expert).  ``quant_shape`` / ``scale_shape`` are
-    the ``[E, rows, *]`` shapes.  A few recently used experts are kept."""
-
-    KEEP = 8
-
-    def __init__(self, problem: "MoEProblem", tag: str):
-        if tag not in ("w1", "w2"):
-            raise ValueError(f"weight tag must be 'w1' or 'w2', got {tag!r}.")
-        self.problem, self.tag = problem, tag
-        rows, cols, k = _weight_dims(problem, tag)
-        self.rows, self.cols, self.k = rows, cols, k
-        self.quant_shape = (problem.experts, rows, cols // 2)
-        self.scale_shape = (problem.experts, rows, cols // 32)
-        self._cache: Dict[int, tuple] = {}
-
-    def expert(self, e: int):
-        """(shuffled fp4 bytes, shuffled scale bytes) of expert ``e`` as flat uint8 numpy arrays."""
-        hit = self._cache.pop(e, None)
-        if hit is None:
-            q, s = expert_mxfp4(self.problem.seed, self.tag, e, self.rows, self.cols, self.k)
-            q, s = formats.shuffle_weight_b(q), formats.shuffle_scales(s)
-            hit = (q.reshape(-1).numpy(), s.reshape(-1).numpy())
-            while len(self._cache) >= self.KEEP:
-                self._cache.pop(next(iter(self._cache)))
-        self._cache[e] = hit
-        return hit
-
-    def _fill(self, which: int, per: int, lo: int, hi: int):
-        import numpy as np
-
-        out = np.empty(hi - lo, dtype=np.uint8)
-        pos = lo
-        while pos < hi:
-            e, at = divmod(pos, per)
-            n = min(per - at, hi - pos)
-            out[pos - lo:pos - lo + n] = self.expert(e)[which][at:at + n]
-            pos += n
-        return out
-
-    def fill_quant(self, lo: int, hi: int):
-        return self._fill(0, self.rows * self.cols // 2, lo, hi)
-
-    def fill_scale(self, lo: int, hi: int):
-        return self._fill(1, self.rows * self.cols // 32, lo, hi)
+def weight_shapes(problem: "MoEProblem", tag: str):
+    """``(quant_shape, scale_shape)`` of weight ``tag`` ("w1", "w2") as :func:`preshuffle_w1` /
+    :func:`preshuffle_w2` leave it: ``[E, rows, cols/2]`` and ``[E, rows, cols/32]``."""
+    if tag not in ("w1", "w2"):
+        raise ValueError(f"weight tag must be 'w1' or 'w2', got {tag!r}.")
+    rows, cols, _ = _weight_dims(problem, tag)
+    return (problem.experts, rows, cols // 2), (problem.experts, rows, cols // 32)
 
 
 def _by_rows(fn, x: torch.Tensor, rows: int = 1024):
@@ -340,7 +299,7 @@ def _by_rows(fn, x: torch.Tensor, rows: int = 1024):
     return torch.cat([q for q, _ in parts]), torch.cat([s for _, s in parts])
 
 
-def make_moe_inputs(problem: MoEProblem, with_weights: bool = True) -> dict:
+def make_moe_inputs(problem: MoEProblem, with_weights: bool = True, with_activations: bool = True) -> dict:
     """Build every input of one problem deterministically from ``problem.seed``.
 
     Returns ``hidden_states`` (bf16 ``[M, H]``), ``router_logits`` (fp32 ``[M, E]``),
@@ -348,8 +307,10 @@ def make_moe_inputs(problem: MoEProblem, with_weights: bool = True) -> dict:
     (the MoE-rule MXFP4 of the hidden states) and, with ``with_weights``, plain
     (unshuffled) ``w1_quant [E, 2I, H/2]``, ``w1_scale [E, 2I, H/32]``,
     ``w2_quant [E, H, I/2]``, ``w2_scale [E, H, I/32]`` (each expert from its own generator,
-    :func:`expert_mxfp4`; :class:`lazy_expert_weights` makes their preshuffled bytes an expert at a
-    time).  ``problem`` rides along.
+    :func:`expert_mxfp4`).  Without ``with_activations`` (a timing run's inputs: the routing only)
+    ``hidden_states``, ``a_quant`` and ``a_scale`` are None: the hidden states are still drawn, since
+    the router logits come after them from the same generator, but neither kept nor quantised.
+    ``problem`` rides along.
     """
     if not isinstance(problem, MoEProblem):
         raise ValueError(f"make_moe_inputs needs a MoEProblem, got {type(problem).__name__}.")
@@ -358,7 +319,10 @@ def make_moe_inputs(problem: MoEProblem, with_weights: bool = True) -> dict:
     hidden_states = torch.randn(p.tokens, p.hidden, generator=gen).to(torch.bfloat16)
     router_logits = torch.randn(p.tokens, p.experts, generator=gen)
     topk_weights, topk_ids = route_topk(router_logits, p.topk, p.renormalize)
-    a_quant, a_scale = _by_rows(quantize_activations, hidden_states)
+    if with_activations:
+        a_quant, a_scale = _by_rows(quantize_activations, hidden_states)
+    else:
+        hidden_states = a_quant = a_scale = None
     out = dict(problem=p, hidden_states=hidden_states, router_logits=router_logits,
                topk_weights=topk_weights, topk_ids=topk_ids, a_quant=a_quant, a_scale=a_scale)
     if with_weights:
