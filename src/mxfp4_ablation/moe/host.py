@@ -247,7 +247,7 @@ def route_topk(router_logits: torch.Tensor, topk: int, renormalize: bool = True)
 
 def _expert_generator(seed: int, tag: str, expert: int) -> torch.Generator:
     """The generator of one expert's weights: seeded from ``(seed, tag, expert)`` alone, so any expert's
-    bytes can be drawn without drawing the others (what a sampled timing run needs)."""
+    bytes are the same whatever the number of experts drawn."""
     import hashlib
 
     digest = hashlib.sha256(f"mxfp4-ablation/moe/{tag}/{int(seed)}/{int(expert)}".encode()).digest()

@@ -84,7 +84,7 @@ def zero_inputs(module, **shape) -> dict:
 def _model(variant: str, shape: tuple, sample) -> dict:
     """``modelled.model`` at seed 0 (same cache key): lazily mapped inputs, so only what the sampled
     workgroups touch is built (a dense GEMM on zero buffers, see ``kernels.gemm.make_inputs(lazy=True)``;
-    the MoE with its real routing and the touched experts' weights)."""
+    the MoE on zero buffers but its real routing)."""
     from .. import modelled
 
     prep = modelled._prepare(variant, shape, 0)
