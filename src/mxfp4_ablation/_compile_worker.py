@@ -74,6 +74,55 @@ def _without_code_object():
         compiler.prepare = classmethod(prepare)
 
 
+@contextlib.contextmanager
+def _isa_dump_only():
+    """For the block, FlyDSL's lowering with ``FLYDSL_DEBUG_DUMP_ASM`` prints the module once, where the ISA
+    dump reads it, not after every pass fragment: ``MlirCompiler.compile`` renders the whole module with
+    its locations after each of its ~19 fragments and reads one of those texts (the one after
+    ``reconcile-unrealized-casts``, which :func:`flydsl.compiler.jit_function._dump_isa` lowers to the
+    ISA); the renders were 0.83 of a gemm-v9 compile's 3.1 s (measured, issue #24). The same fragments
+    run in the same order, each in its own pass manager as FlyDSL runs them, and FlyDSL's own
+    ``_dump_isa`` writes the file it names, so the ISA is the same (``tests/test_isa_golden.py``). Any
+    other mode (the IR dump, external codegen, a pipeline without that fragment) is FlyDSL's own."""
+    from flydsl._mlir import ir
+    from flydsl._mlir.passmanager import PassManager
+    from flydsl.compiler import jit_function as jf
+    from flydsl.compiler.llvm_options import llvm_options
+    from flydsl.utils import env
+
+    compiler = jf.MlirCompiler
+    lower = compiler.compile.__func__
+    marker = "reconcile-unrealized-casts"
+
+    def dump_only(cls, asm, *, func_name, config):
+        frags = list(config.fragments)
+        if not env.debug.dump_asm or env.debug.dump_ir or config.external or marker not in (f.strip() for f in frags):
+            return lower(cls, asm, func_name=func_name, config=config)
+        module = ir.Module.parse(asm)
+        names = jf._infer_kernel_names_from_asm(asm)
+        sub = names[0] if len(names) == 1 else (func_name or "module")
+        dump_dir = Path(env.debug.dump_dir).resolve() / jf._sanitize_path_component(sub)
+        with llvm_options(config.llvm_opts) if config.llvm_opts else contextlib.nullcontext():
+            for frag in frags:
+                pm = PassManager.parse(f"builtin.module({frag})")
+                pm.enable_verifier(env.debug.enable_verifier)
+                jf._run_pass_manager(pm, module)
+                if frag.strip() == marker:
+                    asm_for_isa = module.operation.get_asm(enable_debug_info=True)
+            stage = f"{1 + len(frags):02d}_final_isa"
+            out = jf._dump_isa(dump_dir=dump_dir, ctx=module.context, asm=asm_for_isa,
+                               verify=env.debug.enable_verifier, stage_name=stage)
+            if out is not None:
+                print(f"[flydsl.compile] dump {stage} -> {out}")
+        return module
+
+    compiler.compile = classmethod(dump_only)
+    try:
+        yield
+    finally:
+        compiler.compile = classmethod(lower)
+
+
 #: Bumped when what :func:`_lowering_cache` stores, or how it keys it, changes.
 LOWERING_CACHE_VERSION = 1
 
@@ -194,7 +243,7 @@ def _run_once(job: dict) -> dict:
     # FlyDSL's in-process artifact memo would serve a module this worker compiled before without lowering
     # it, so without writing its ISA dump (and the fallback below then compiled the whole code object)
     getattr(launcher, "_mem_cache", {}).clear()
-    with _without_code_object(), _lowering_cache(root and Path(root), Path(job["dir"], "dump"), stats):
+    with _without_code_object(), _isa_dump_only(), _lowering_cache(root and Path(root), Path(job["dir"], "dump"), stats):
         launcher(*args)
     if not any(Path(job["dir"], "dump").glob("*/*final_isa.s")):
         # the ISA dump swallows a codegen error (e.g. ocml bitcode missing): the full pipeline raises it
