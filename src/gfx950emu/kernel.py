@@ -247,13 +247,14 @@ def _build_mfma(ins, ctx, name, d):
     kw = dict(cbsz=cbsz, blgp=blgp, op_sel=op_sel, op_sel_hi=op_sel_hi, abid=abid)
     zsel = _mfma.zero_shortcut(name, **kw)          # A, B, C all +0 -> D = +0 (mfma.zero_shortcut)
     czero = ci is not None or not cconst.any()
+    nnz = np.count_nonzero
 
     def h(w):
         if not w.exec_full:
             raise ExecError(f"line {line}: MFMA with a partial EXEC mask is not modelled")
         v = w.v
-        if zsel is not False and czero and not v[ai:ai + nA].any() and not v[bi:bi + nB].any() and (
-                ci is None or not v[ci:ci + nC].any()) and (
+        if zsel is not False and czero and not nnz(v[ai:ai + nA]) and not nnz(v[bi:bi + nB]) and (
+                ci is None or not nnz(v[ci:ci + nC])) and (
                 zsel is None or not (_mfma.nan_scale(gsa(w), zsel[0]) or _mfma.nan_scale(gsb(w), zsel[1]))):
             v[di:di + nC] = 0
             return

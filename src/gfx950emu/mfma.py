@@ -531,11 +531,15 @@ def zero_shortcut(opcode: str, cbsz: int = 0, blgp: int = 0, op_sel=(0, 0, 0), o
 
 
 _E8M0_NAN = np.isnan(_E8M0)
+assert not _E8M0_NAN[0]  # nan_scale's zero register
 
 
 def nan_scale(scale: np.ndarray, sel: int) -> bool:
-    """Whether byte ``sel`` of any lane's scale value (uint32 [64]) is a NaN E8M0 scale."""
-    return bool(_E8M0_NAN[_scale_bytes(scale, sel)].any())
+    """Whether byte ``sel`` of any lane's scale value (uint32 [64]) is a NaN E8M0 scale (an all-zero
+    register holds none: byte 0 is 2**-127)."""
+    if not np.count_nonzero(scale):
+        return False
+    return bool(np.count_nonzero(_E8M0_NAN[_scale_bytes(scale, sel)]))
 
 
 def execute(

@@ -539,3 +539,14 @@ def test_kernel_zero_shortcut_gives_the_bits_execute_gives(line, c, scale, short
     full = emu_asm.run_valu(lines, inputs, nout=4)
     assert calls, "the forced full path calls execute"
     assert np.array_equal(fast, full), line
+
+
+def test_nan_scale_reads_only_the_selected_byte():
+    """nan_scale: a zero register holds no NaN scale; 0xFF in the selected byte of any lane is one, in
+    another byte it is not."""
+    s = np.zeros(64, np.uint32)
+    assert not any(mfma.nan_scale(s, sel) for sel in range(4))
+    for sel in range(4):
+        s = np.full(64, 0x7F7F7F7F, np.uint32)
+        s[17] |= np.uint32(0xFF << (8 * sel))
+        assert [mfma.nan_scale(s, k) for k in range(4)] == [k == sel for k in range(4)]

@@ -145,6 +145,20 @@ def test_lds_bank_conflicts_come_from_real_addresses():
     assert lds_cycles(lanes * 4 * 64, 4, 64, 256) == (64, 1)      # b32, every lane in bank 0
 
 
+def test_lds_cycles_per_pattern_equal_the_direct_count():
+    """lds_cycles answers once per pattern (the addresses less their lowest dword): any dword shift of
+    the same addresses, unaligned ones too, costs what the bank count itself says."""
+    from gfx950emu.timing import cu
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        nbytes = int(rng.choice([1, 2, 4, 8, 12, 16]))
+        addr = rng.integers(0, 1 << 12, 64) * int(rng.choice([1, 2, 4, 16, 64])) + int(rng.integers(0, 4))
+        for shift in (0, 4, 4 * 7, 4 * 64, 4 * 12345):
+            a = (addr + shift).astype(np.int64)
+            for bpc in (128, 256):
+                assert cu.lds_cycles(a, nbytes, 64, bpc) == cu._lds_cycles(a, nbytes, 64, bpc)
+
+
 @pytest.mark.parametrize("fold", [1 << 20, 1])
 def test_touched_lines_and_buffers_the_same_however_often_they_are_folded(monkeypatch, fold):
     from gfx950emu.memory import HEAP_BASE, FlatMemory

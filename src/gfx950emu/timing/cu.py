@@ -163,13 +163,34 @@ def _ds_static(st, ins, prog, name):
         st.ds_offs = (int(m.get("offset", 0)),)
 
 
+#: :func:`lds_cycles` by access pattern: the lanes' addresses less their lowest dword-aligned one.
+_LDS_SEEN: dict = {}
+
+
 def lds_cycles(addr_lanes: np.ndarray, nbytes: int, banks: int, bytes_per_clock: int) -> tuple:
     """(cycles, conflict-free cycles) of one DS access: lanes in phases of ``bytes_per_clock //
     nbytes``; per phase the busiest bank's number of distinct dword addresses (a broadcast of one
-    dword to several lanes costs one)."""
+    dword to several lanes costs one).
+
+    The answer is the same for the addresses moved by any multiple of 4 bytes (every dword index moves
+    by one constant: the same distinct dwords per phase, each bank's count moved to another bank), so
+    it is computed once per pattern: the addresses less their lowest one rounded down to a dword."""
     n = addr_lanes.size
     if n == 0:
         return 1, 1
+    a = addr_lanes.astype(np.int64, copy=False)
+    rel = a - (int(a.min()) & ~3)
+    key = (rel.tobytes(), nbytes, banks, bytes_per_clock)
+    seen = _LDS_SEEN.get(key)
+    if seen is None:
+        if len(_LDS_SEEN) >= 1 << 16:
+            _LDS_SEEN.clear()
+        seen = _LDS_SEEN[key] = _lds_cycles(rel, nbytes, banks, bytes_per_clock)
+    return seen
+
+
+def _lds_cycles(addr_lanes: np.ndarray, nbytes: int, banks: int, bytes_per_clock: int) -> tuple:
+    n = addr_lanes.size
     per = max(1, bytes_per_clock // max(nbytes, 4))
     ndw = max(1, nbytes // 4)
     dw = (addr_lanes.astype(np.int64) >> 2)[:, None] + np.arange(ndw)[None, :]
