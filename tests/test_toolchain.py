@@ -302,3 +302,46 @@ def test_the_worker_traces_without_source_locations_and_puts_them_back():
                    and hasattr(m, "capture_user_location")]
         assert len(holders) >= 3 and all(m.capture_user_location is not capture for m in holders)
     assert all(m.capture_user_location is capture for m in holders)
+
+
+_BOTH_LOWERINGS = r"""
+import contextlib, json, os, sys
+from pathlib import Path
+from mxfp4_ablation import _compile_worker as cw
+out = {}
+for name, patched in (("flydsl", False), ("worker", True)):
+    d = Path(sys.argv[1]) / name
+    (d / "dump").mkdir(parents=True)
+    os.environ["FLYDSL_DUMP_DIR"] = str(d / "dump")
+    if not patched:
+        real, cw._isa_dump_only = cw._isa_dump_only, contextlib.nullcontext
+    job = {"target": sys.argv[2], "params": json.loads(sys.argv[3]), "key": "x", "dir": str(d), "lowering_cache": None}
+    with cw._redirect_fds(d / "log.txt"):
+        status = cw._run(job)
+    if not patched:
+        cw._isa_dump_only = real
+    out[name] = {str(p.relative_to(d)): p.read_text() for p in sorted((d / "dump").rglob("*final_isa.s"))}
+    assert status["ok"], (d / "log.txt").read_text()[-2000:]
+from flydsl.compiler.jit_function import MlirCompiler
+with cw._isa_dump_only():
+    out["patched"] = MlirCompiler.compile.__func__.__name__
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("target,params", [(PROBE, {"rows": 64}),
+                                           ("mxfp4_ablation.kernels.mfma_tile:compile_entry", {"K": 128})])
+def test_the_worker_lowering_renders_once_and_writes_flydsls_own_isa(tmp_path, target, params):
+    """The compile worker's ISA-dump lowering (``_isa_dump_only``: the module rendered once, where the ISA
+    dump reads it) writes the same final-ISA files, by name and byte, as FlyDSL's own compile does."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("flydsl")
+    proc = subprocess.run([sys.executable, "-c", _BOTH_LOWERINGS, str(tmp_path), target, json.dumps(params)],
+                          env=toolchain.compile_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["patched"] == "dump_only"  # this FlyDSL takes the worker's path, not the fallback
+    assert out["worker"] and out["worker"] == out["flydsl"]
