@@ -40,7 +40,7 @@ modelled = True  # the timing model's per-step deltas, waterfall, leave-one-out,
 fidelity = True  # first/last rungs vs the seeds' before/after kernels (compiles both rungs at the upstream shapes)
 attribution = True  # Shapley attribution over switch subsets (modelled; needs modelled = True)
 attribution_pairs = 2  # GEMM: antithetic pairs of sampled orderings (its 240 subsets are `make attribution-exact`)
-attribution_scheduler = "local"  # the sweep engine's Dask scheduler for the GEMM subsets (local, local:N, an address)
+attribution_scheduler = "local"  # the sweep engine's Dask scheduler for the GEMM subsets when work_first is off (local, local:N, an address)
 work_first = True  # run the sections' compiles, emulator runs and model points first, spread over workers
 work_scheduler = "local"  # where that work runs (the sweep engine's schedulers: local, local:N, inline, an address)
 
@@ -166,8 +166,10 @@ if gemm_model:
 # %%
 from mxfp4_ablation.studies import attribution_views
 
+# After the work-first sweep every subset is in the timing cache: read here, no cluster to start.
 gemm_attr = (attribution_views.summary_section("gemm", report.out_dir, pairs=attribution_pairs,
-                                               scheduler=attribution_scheduler) if modelled and attribution else None)
+                                               scheduler="inline" if work_first else attribution_scheduler)
+             if modelled and attribution else None)
 if gemm_attr:
     display(gemm_attr.table())
     display(gemm_attr.figure("attribution_shares"))

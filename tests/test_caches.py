@@ -120,6 +120,41 @@ def test_a_notebook_input_closure_has_the_package_data():
     assert "gfx950emu/timing/gfx950.toml" in files
 
 
+def test_a_kept_module_closure_follows_edits_new_files_and_removals(monkeypatch, tmp_path):
+    """module_closure answers again from memory only while every file it read and folder it looked in
+    is as it was: an added import, a new package data file, a module appearing or removed all show."""
+    import time
+
+    src = tmp_path / "src"
+    pkg = src / "pkgx"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("X = 1\n")
+    (pkg / "b.py").write_text("Y = 2\n")
+    monkeypatch.setattr(sources, "SRC", src)
+    monkeypatch.setattr(sources, "PACKAGES", ("pkgx",))
+    monkeypatch.setattr(sources, "_CLOSURES", {})
+
+    def names(*modules):
+        return {p.relative_to(src).as_posix() for p in sources.module_closure(modules)}
+
+    def touch_later(path, text):  # a new mtime even on a coarse clock
+        time.sleep(0.01)
+        path.write_text(text)
+
+    assert names("pkgx.a") == {"pkgx/__init__.py", "pkgx/a.py"}
+    assert names("pkgx.a") == {"pkgx/__init__.py", "pkgx/a.py"}  # from memory
+    touch_later(pkg / "a.py", "from pkgx import b\nX = 1\n")
+    assert names("pkgx.a") == {"pkgx/__init__.py", "pkgx/a.py", "pkgx/b.py"}
+    touch_later(pkg / "data.toml", "k = 1\n")
+    assert "pkgx/data.toml" in names("pkgx.a")
+    assert names("pkgx.c") == set()  # no such module (yet)
+    touch_later(pkg / "c.py", "")
+    assert names("pkgx.c") == {"pkgx/__init__.py", "pkgx/c.py", "pkgx/data.toml"}
+    (pkg / "b.py").unlink()
+    assert names("pkgx.a") == {"pkgx/__init__.py", "pkgx/a.py", "pkgx/data.toml"}
+
+
 # ------------------------------------------------------------------------------------ timing cache
 
 class _FakeEmu:

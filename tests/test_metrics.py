@@ -37,13 +37,30 @@ ONE_KERNEL = ("\t.type\tk,@function\nk:\n\tbuffer_load_dword v1, v2, s[0:3], 0 o
 
 @pytest.mark.parametrize("compute", [metrics.kernel_metrics, metrics.fingerprint, metrics.gemm_metrics,
                                      metrics.moe_metrics])
-def test_a_set_parses_the_text_once(monkeypatch, compute):
+def test_a_set_parses_the_text_once(monkeypatch, tmp_path, compute):
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path))
     calls = []
     real = isa.parse
     monkeypatch.setattr(isa, "parse", lambda text: calls.append(1) or real(text))
     values = compute(ONE_KERNEL)
     assert len(calls) == 1
     assert values["mfma"] == 2 and values["loop_s_waitcnt"] == 1 and values["insts_before_first_buffer_load"] == 0
+    # a text's single-number values are kept on disk: the same values again, no parse
+    assert compute(ONE_KERNEL) == values and len(calls) == 1 + (compute is metrics.kernel_metrics)
+    assert list(compute(ONE_KERNEL)) == list(values)
+
+
+def test_kept_metrics_follow_the_text_and_a_damaged_entry_is_parsed_again(monkeypatch, tmp_path):
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path))
+    first = metrics.gemm_metrics(ONE_KERNEL)
+    entries = list((tmp_path / "metrics").rglob("*.json"))
+    assert len(entries) == 1
+    other = ONE_KERNEL.replace("s_waitcnt vmcnt(0)", "s_waitcnt vmcnt(0)\n  s_waitcnt vmcnt(0)", 1)
+    assert other != ONE_KERNEL and metrics.gemm_metrics(other)["s_waitcnt"] == first["s_waitcnt"] + 1
+    entries[0].write_text('{"key": "x", "values": {"mfma": 99}}')
+    assert metrics.gemm_metrics(ONE_KERNEL) == first
+    entries[0].write_text("{not json")
+    assert metrics.gemm_metrics(ONE_KERNEL) == first
 
 
 def test_kernarg_bytes_has_one_source_the_descriptor_then_the_metadata():

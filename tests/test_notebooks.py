@@ -514,6 +514,55 @@ def test_a_figure_the_run_drew_from_its_final_data_is_not_drawn_again(monkeypatc
     assert calls == ["early", "late"]
 
 
+def test_a_figure_is_drawn_again_only_when_what_it_read_or_looked_for_changed(monkeypatch, tmp_path):
+    """A drawing's record holds what it read of its run folder (opened, stat'ed, listed): a table a
+    later cell adds that the drawing never looked at leaves it current (the summary drew most of its
+    figures twice); a change to a table it read, a new file in a folder it listed, or a drawing that
+    touched nothing there (the whole folder counts then) draws it again."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from mxfp4_ablation import figures, results
+
+    monkeypatch.setenv("MXFP4_FIGURES", str(tmp_path / "fig"))
+    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path / "exp"))
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(figures, "FIGURES", {})
+    monkeypatch.setattr(figures, "load", lambda: figures.FIGURES)
+    calls = []
+
+    def drawer(tag, read):
+        def draw(run_dir):
+            calls.append(tag)
+            fig, ax = plt.subplots()
+            read(run_dir)
+            return fig
+        return draw
+
+    figures.figure("t/table", run="gemm--01_x")(drawer("table", lambda d: results.read_table(d / "t.parquet")))
+    figures.figure("t/listing", run="gemm--01_x")(drawer("listing", lambda d: sorted((d / "m").glob("*.parquet"))))
+    figures.figure("t/nothing", run="gemm--01_x")(drawer("nothing", lambda d: None))
+    run = tmp_path / "exp" / "20260101T000000Z-abc-gemm--01_x"
+    (run / "m").mkdir(parents=True)
+    results.write_table(pd.DataFrame({"x": [1]}), run / "t.parquet", {"mode": "emulated"})
+    for name in ("t/table", "t/listing", "t/nothing"):
+        figures.render(name, run)
+    calls.clear()
+    results.write_table(pd.DataFrame({"y": [1]}), run / "unrelated.parquet", {"mode": "emulated"})
+    notebooks.redraw_figures("gemm--01_x", run, keep_current=True)
+    assert calls == ["nothing"]  # it read nothing of the folder: any new data file counts
+    calls.clear()
+    results.write_table(pd.DataFrame({"y": [2]}), run / "m" / "a.parquet", {"mode": "emulated"})
+    notebooks.redraw_figures("gemm--01_x", run, keep_current=True)
+    assert calls == ["listing", "nothing"]
+    calls.clear()
+    results.write_table(pd.DataFrame({"x": [1, 2]}), run / "t.parquet", {"mode": "emulated"})
+    notebooks.redraw_figures("gemm--01_x", run, keep_current=True)
+    assert calls == ["table", "nothing"]
+    calls.clear()
+    assert notebooks.redraw_figures("gemm--01_x", run, keep_current=True) == [] and calls == []
+
+
 def test_make_reproduce_passes_the_mode_it_detected_once(monkeypatch):
     """`make reproduce` detects the mode once (it imports torch) and passes it on; MODE still wins, and a
     malformed value is ignored (detected again)."""

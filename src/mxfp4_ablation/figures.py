@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import importlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,14 +99,99 @@ def render(name: str, run_dir: str | Path | None = None, root: str | Path | None
     plots.apply_style()
     if root is None and not publishes(Path(run_dir)):
         root = scratch_root()
-    state = _data_state(Path(run_dir))
-    fig = FIGURES[name].draw(Path(run_dir))
+    folder_state = _data_state(Path(run_dir))
+    with _watching(Path(run_dir)) as seen:
+        fig = FIGURES[name].draw(Path(run_dir))
     try:
         out = plots.savefig(fig, name, root=root)
     finally:
         plt.close(fig)
+    state = {"read": _read_state(Path(run_dir), seen)} if seen.paths or seen.folders else {"folder": folder_state}
     _record_drawn(name, Path(run_dir), state, out)
     return out
+
+
+class _Seen:
+    """What a drawing asked of its run folder: the paths it opened or stat'ed (an existence check
+    included) and the folders it listed, relative to the folder."""
+
+    def __init__(self, root: Path):
+        self.root = os.path.abspath(root) + os.sep
+        self.paths: set[str] = set()
+        self.folders: set[str] = set()
+
+    def note(self, path, into: set) -> None:
+        if isinstance(path, int) or path is None:  # a file descriptor, not a path
+            return
+        try:
+            full = os.path.abspath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return
+        if (full + os.sep).startswith(self.root):
+            into.add(os.path.relpath(full, self.root))
+
+
+_SEEN: _Seen | None = None
+_HOOKED = False
+
+
+def _audit(event: str, args: tuple) -> None:
+    seen = _SEEN
+    if seen is None or not args:
+        return
+    if event == "open":
+        seen.note(args[0], seen.paths)
+    elif event in ("os.scandir", "os.listdir"):
+        seen.note(args[0] if args[0] is not None else ".", seen.folders)
+
+
+@contextlib.contextmanager
+def _watching(run_dir: Path):
+    """Record what the drawing inside reads of ``run_dir``: every ``open`` and folder listing (Python's
+    audit events) and every ``os.stat`` (``Path.exists`` / ``is_file`` / ``is_dir`` and ``os.path``'s
+    checks call it), so a figure is drawn again only when something it read or looked for changed
+    (:func:`drawn_from`), not whenever a later cell adds an unrelated table to the folder (the summary
+    drew most of its figures twice: issue #24)."""
+    global _SEEN, _HOOKED
+    if not _HOOKED:
+        sys.addaudithook(_audit)
+        _HOOKED = True
+    seen, real_stat = _Seen(run_dir), os.stat
+
+    def stat(path, *args, **kwargs):
+        seen.note(path, seen.paths)
+        return real_stat(path, *args, **kwargs)
+
+    _SEEN, os.stat = seen, stat
+    try:
+        yield seen
+    finally:
+        _SEEN, os.stat = None, real_stat
+
+
+def _read_state(run_dir: Path, seen: _Seen) -> dict:
+    """The state of what a drawing read of ``run_dir`` (:class:`_Seen`): each path's [size, mtime_ns]
+    ("dir" for a folder, None for a path that does not exist) and each listed folder's entries (less the
+    executed notebook and the lock file, as :func:`_data_state`)."""
+    from .tempdirs import OWNER
+
+    state: dict = {}
+    for rel in sorted(seen.paths):
+        path = run_dir / rel
+        try:
+            st = path.stat()
+        except OSError:
+            state[f"path:{rel}"] = None
+            continue
+        state[f"path:{rel}"] = "dir" if path.is_dir() else [st.st_size, st.st_mtime_ns]
+    for rel in sorted(seen.folders):
+        try:
+            names = sorted(p.name for p in (run_dir / rel).iterdir()
+                           if p.suffix != ".ipynb" and p.name != OWNER)
+        except OSError:
+            names = None
+        state[f"list:{rel}"] = names
+    return state
 
 
 def _drawn_record(name: str) -> Path:
@@ -147,17 +233,31 @@ def _record_drawn(name: str, run_dir: Path, state: dict, out: list[Path]) -> Non
 
 def drawn_from(name: str, run_dir: str | Path) -> bool:
     """Whether figure ``name``'s files are its last drawing, made from ``run_dir`` (or from the ``.partial``
-    folder that was published as it) with every data file as it is now: a redraw would read the same
-    and give the same bytes (figures are drawn from stored data alone)."""
+    folder that was published as it) with everything the drawing read or looked for there as it is now
+    (:func:`_watching`; a drawing that touched nothing there: every data file of the folder): a redraw
+    would read the same and give the same bytes (figures are drawn from stored data alone)."""
     try:
         record = json.loads(_drawn_record(name).read_text())
         run, state, outputs = str(record["run"]), dict(record["data"]), dict(record["outputs"])
     except (OSError, ValueError, TypeError, KeyError):
         return False
     run_dir = Path(run_dir)
-    if not outputs or run != _run_id(run_dir) or state != _data_state(run_dir):
+    if "read" in state:  # what the drawing read (render's _watching) or, where it read nothing, the folder
+        now = {"read": _read_state(run_dir, _seen_of(run_dir, state["read"]))}
+    else:
+        now = {"folder": _data_state(run_dir)}
+    if not outputs or run != _run_id(run_dir) or state != now:
         return False
     return all(_sha(Path(p)) == sha for p, sha in outputs.items())
+
+
+def _seen_of(run_dir: Path, read: dict) -> _Seen:
+    """The :class:`_Seen` a recorded :func:`_read_state` was taken of."""
+    seen = _Seen(run_dir)
+    for key in read:
+        kind, _, rel = key.partition(":")
+        (seen.paths if kind == "path" else seen.folders).add(rel)
+    return seen
 
 
 def main(argv: list[str] | None = None) -> int:

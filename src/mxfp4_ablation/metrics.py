@@ -391,26 +391,62 @@ FINGERPRINT_KEYS = (
 assert all(k in METRICS for k in KERNEL_KEYS + GEMM_KEYS + MOE_KEYS + FINGERPRINT_KEYS)
 
 
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _values(source: Any, kernel: str | None, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``KernelView(source, kernel).values(keys)``, kept on disk by the ``.s`` text's digest, the kernel,
+    the keys and the code of this module and everything it imports (:func:`.sources.closure_digest`):
+    the summary reads the metrics of ~60 compiles that the step notebooks and its sweep already read, and
+    parsing a GEMM's ``.s`` is ~0.1 s each (issue #24). Only a text (or Artifact) source whose values are
+    all single numbers is kept; a damaged or mismatched entry is a miss."""
+    import hashlib
+    import json
+
+    text = source if isinstance(source, str) else getattr(source, "isa", None)
+    if not isinstance(text, str):
+        return KernelView(source, kernel).values(keys)
+    from . import diskcache, paths, sources
+
+    key = hashlib.sha256(json.dumps([sources.closure_digest({__name__}), kernel, keys,
+                                     hashlib.sha256(text.encode()).hexdigest()]).encode()).hexdigest()
+    entry = paths.cache_dir() / "metrics" / key[:2] / f"{key}.json"
+    try:
+        stored = json.loads(entry.read_text())
+        if isinstance(stored, dict) and stored.get("key") == key and list(stored.get("values", {})) == list(keys):
+            return stored["values"]
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    values = KernelView(text, kernel).values(keys)
+    if all(_scalar(v) for v in values.values()):
+        try:
+            diskcache.atomic_write_text(entry, json.dumps({"key": key, "values": values}))
+        except OSError:  # a read-only cache only costs the parse next time
+            pass
+    return values
+
+
 def kernel_metrics(isa_text: Any, kernel: str | None = None) -> dict[str, Any]:
     """One kernel of a ``.s`` text (or Artifact, or parsed Kernel) reduced to :data:`KERNEL_KEYS`
     (a JSON-friendly dict, in that order; definitions in :data:`METRICS`)."""
-    return KernelView(isa_text, kernel).values(KERNEL_KEYS)
+    return _values(isa_text, kernel, KERNEL_KEYS)
 
 
 def gemm_metrics(isa_text: Any) -> dict[str, Any]:
     """:data:`GEMM_KEYS` of a compiled GEMM (``.s`` text or Artifact)."""
-    return KernelView(isa_text).values(GEMM_KEYS)
+    return _values(isa_text, None, GEMM_KEYS)
 
 
 def moe_metrics(isa_text: Any) -> dict[str, Any]:
     """:data:`MOE_KEYS` of a compiled MoE kernel (``.s`` text or Artifact)."""
-    return KernelView(isa_text).values(MOE_KEYS)
+    return _values(isa_text, None, MOE_KEYS)
 
 
 def fingerprint(isa_text: Any, kernel: str | None = None) -> dict[str, Any]:
     """:data:`FINGERPRINT_KEYS` of one kernel: the flat numbers (ints, floats or None) a kernel is
     compared by with another project's kernel."""
-    return KernelView(isa_text, kernel).values(FINGERPRINT_KEYS)
+    return _values(isa_text, kernel, FINGERPRINT_KEYS)
 
 
 #: Metric set name (a family's ``METRICS``) -> function of ISA text.

@@ -66,20 +66,58 @@ def package_data(package_dir: Path) -> set[Path]:
     return {p for p in package_dir.iterdir() if is_data_file(p)} if package_dir.is_dir() else set()
 
 
+#: :func:`module_closure`'s answers in this process, by (source root, modules, data): the files, and the version of
+#: every file and folder the answer was read from (:func:`_closure_versions`), checked on every use.
+_CLOSURES: dict[tuple, tuple[frozenset, tuple]] = {}
+
+
+def _closure_versions(paths_: Iterable[Path]) -> tuple:
+    """(path, inode, size, mtime, ctime) of each path (None for one that is gone)."""
+    out = []
+    for p in sorted(paths_):
+        try:
+            st = p.stat()
+        except OSError:
+            out.append((p, None))
+        else:
+            out.append((p, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
 def module_closure(modules: Iterable[str], data: bool = True) -> set[Path]:
     """Source files of ``modules`` and of every module of ours they import, transitively (and the
     ``__init__.py`` of each package on the way, with the modules of that package whose names are no
     identifier -- ``kernels/gemm/steps/01_agpr_acc.py``: only the package's own discovery imports
     them); with ``data`` also the package data of every package folder on the way
-    (``gfx950emu/timing/gfx950.toml`` for ``gfx950emu.timing``)."""
+    (``gfx950emu/timing/gfx950.toml`` for ``gfx950emu.timing``).
+
+    Kept for the process by its arguments and used again while every file it read and every folder it
+    looked in (a new or removed file changes its folder) is as it was: a compile cache key asks the same
+    closure for every request (~16 ms each, issue #24)."""
+    key = (SRC, frozenset(modules), data)
+    memo = _CLOSURES.get(key)
+    if memo is not None and _closure_versions(p for p, *_ in memo[1]) == memo[1]:
+        return set(memo[0])
+    files, looked = _module_closure(key[1], data)
+    _CLOSURES[key] = (frozenset(files), _closure_versions(files | looked))
+    return files
+
+
+def _module_closure(modules: Iterable[str], data: bool) -> tuple[set[Path], set[Path]]:
+    """:func:`module_closure`'s files, and the folders it looked in for them."""
     seen: set[str] = set()
     files: set[Path] = set()
+    looked: set[Path] = set()
     todo = list(modules)
     while todo:
         module = todo.pop()
         if module in seen:
             continue
         seen.add(module)
+        folder = SRC.joinpath(*module.split("."))
+        while folder != SRC and not folder.is_dir():  # where a file of this module would appear
+            folder = folder.parent
+        looked |= {folder, folder.parent}
         path = _module_file(module)
         if path is None:
             continue
@@ -92,7 +130,7 @@ def module_closure(modules: Iterable[str], data: bool = True) -> set[Path]:
         if path.name == "__init__.py":  # modules no import statement can name (``01_step.py``): the package finds them
             todo += [f"{module}.{p.stem}" for p in path.parent.glob("*.py") if not p.stem.isidentifier()]
     save_facts()
-    return files
+    return files, looked
 
 
 def _file_imports(path: Path, module: str) -> tuple[str, ...]:
