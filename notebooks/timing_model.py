@@ -91,11 +91,19 @@ micro_rows[["case", "modelled_cycles", "expected_cycles", "what"]]
 
 # %% [markdown]
 # ### Micro-kernels against published hardware figures
-# The table above checks the model against its own parameters. Here a micro-kernel runs through the
-# whole model (grid, memory levels, power clock, launch) and its figure stands beside a published
-# hardware measurement, with the source. Only one such figure could be cited so far (the HBM stream,
-# measured on MI300X: no MI355X figure is published); latencies and LDS / MFMA rates have no public
-# gfx950 measurement we could cite. *modelled* vs *published*.
+# The table above checks the model against its own parameters. Here micro-kernels stand beside published
+# hardware measurements, with their sources (*modelled* vs *published*):
+#
+# * the HBM stream runs through the whole model (grid, memory levels, power clock, launch) against the
+#   share of peak bandwidth measured on MI300X;
+# * the dependent-access chains (one wave: a vector load, a scalar load or an LDS read whose address is
+#   the previous one's result, each waited for) stand beside MT4G's pointer-chase latencies measured on a
+#   gfx950 MI350P, one row per level the chip distinguishes. The model has one latency per path
+#   (`[vmem].latency_cycles` for whichever level a vector load hits), so one modelled figure faces them
+#   all: this is where the model's memory latencies stand against the chip, not a fit.
+#
+# `experiments/timing-hardware/README.md` lists the other published figures found (bandwidths, the
+# instruction cache, MFMA passes, sustained clocks), not yet scored here.
 
 # %%
 pd.DataFrame(micro.hardware_rows())[["case", "modelled", "hardware", "unit", "modelled_us", "what", "source"]]

@@ -67,8 +67,25 @@ def test_the_switches_give_back_the_simple_model():
 
 
 def test_a_stream_reaches_at_most_the_sustained_hbm_share():
-    (row,) = micro.hardware_rows()
+    row = next(r for r in micro.hardware_rows() if r["case"] == "hbm_stream")
     assert row["case"] == "hbm_stream" and row["label"] == "modelled" and row["source"].startswith("[MI300X-PERF]")
     assert row["bound"] == "memory"
     # launch and the per-round overhead keep it below the sustained fraction it is scored against
     assert 0.5 < row["modelled"] < Params().memory_hbm_sustained_fraction == row["hardware"]
+
+
+def test_dependent_access_chains_stand_beside_the_published_gfx950_latencies():
+    """One modelled figure per path (the model has one latency each), beside every level MT4G measured on a
+    gfx950 MI350P: the vector chase is the vmcnt round trip the parameters document, the scalar and LDS
+    chases their latency plus the wave's issue slots."""
+    p = Params()
+    rows = micro.chase_rows(p)
+    by = {r["case"]: r for r in rows}
+    assert [r["hardware"] for r in rows] == [112.0, 256.0, 444.0, 740.0, 48.0, 48.0]
+    assert all(r["source"].startswith(micro.MT4G_MI350P) and r["label"] == "modelled" for r in rows)
+    expected = {c[0]: c[3] for c in micro.cases(p)}["vmcnt_round_trip"]
+    assert {r["modelled"] for r in rows if r["case"].startswith("vmem_chase")} == {expected}
+    slot = int(p.issue_cycles_per_issue_slot)
+    assert by["smem_chase (scalar L1 hit)"]["modelled"] == int(p.vmem_smem_latency_cycles) + slot
+    assert int(p.lds_latency_cycles) < by["lds_chase (LDS)"]["modelled"] <= int(p.lds_latency_cycles) + 2 * slot
+    assert {r["case"] for r in micro.hardware_rows(p)} >= set(by)

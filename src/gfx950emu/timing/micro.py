@@ -137,6 +137,54 @@ HARDWARE = (
 )
 
 
+#: gfx950 pointer-chase latencies (MT4G, caps-tum/mt4g, on an MI350P: gfx950, 128 CUs in 4 XCDs, 160 KiB LDS):
+#: shader cycles as MT4G reports them (one thread; each load timed with s_memtime around it and its
+#: s_waitcnt, so the timer and the wait are included; p50 of 255 samples, HBM of 2047).
+MT4G_MI350P = ("[MT4G-MI350P] caps-tum/mt4g sample_results/AMD_Instinct_MI350P.json @ 52701e714e01 (gfx950 "
+               "MI350P, 128 CUs, run 2026-09-16, hipcc 7.14): single-thread pointer chase, p50")
+
+#: dependent-access micro-kernels scored against :data:`MT4G_MI350P`: (case, body, trace kind, what the chain
+#: is, [(the hardware level, its published p50 in cycles, the JSON entry)]). The model has one latency per
+#: path ([vmem].latency_cycles for every level a vector load can hit, [vmem].smem_latency_cycles,
+#: [lds].latency_cycles), so one modelled figure stands beside each level the chip distinguishes.
+CHASES = (
+    ("vmem_chase", ["v_mov_b32_e32 v1, 0"] + ["buffer_load_dword v1, v1, s[4:7], 0 offen", "s_waitcnt vmcnt(0)"] * N,
+     "vmem", "buffer_load_dword whose address is the previous load's result, each followed by s_waitcnt vmcnt(0): "
+     "cycles from one load's issue to the next's",
+     (("vector L1 hit", 112.0, "memory.l1.latency.p50"), ("L2 hit", 256.0, "memory.l2.latency.p50"),
+      ("MALL (Infinity Cache) hit", 444.0, "memory.l3.latency.p50"), ("HBM", 740.0, "memory.main.latency.p50"))),
+    ("smem_chase", ["s_mov_b32 s10, 0"] + ["s_load_dword s10, s[4:5], s10", "s_waitcnt lgkmcnt(0)"] * N,
+     "smem", "s_load_dword whose offset is the previous load's result, each followed by s_waitcnt lgkmcnt(0): "
+     "cycles from one load's issue to the next's",
+     (("scalar L1 hit", 48.0, "memory.scalarL1.latency.p50"),)),
+    ("lds_chase", ["v_mov_b32_e32 v1, 0"] + ["ds_read_b32 v1, v1", "s_waitcnt lgkmcnt(0)"] * N,
+     "lds", "ds_read_b32 whose address is the previous read's result, each followed by s_waitcnt lgkmcnt(0): "
+     "cycles from one read's issue to the next's",
+     (("LDS", 48.0, "memory.shared.latency.p50"),)),
+)
+
+
+def chase_rows(p: Params | None = None) -> list:
+    """Each :data:`CHASES` micro-kernel (one wave, the cycle model) beside the published gfx950 latency of
+    every level its path can hit: rows of {case, level, modelled, hardware, unit, what, source, ...}."""
+    import gfx950emu
+
+    p = p or Params()
+    over = {k: v for k, v in p.values.items() if v != Params().values.get(k)} or None
+    buf = np.zeros(1 << 20, dtype=np.uint8)
+    rows = []
+    for name, body, kind, what, levels in CHASES:
+        prog = gfx950emu.load(kernel_text(body))
+        res = gfx950emu.launch(prog, (1, 1, 1), (64, 1, 1), [buf], timing=True, timing_trace=True, timing_params=over)
+        modelled = measure(res, ("interval", kind))
+        for level, hw, entry in levels:
+            rows.append({"case": f"{name} ({level})", "modelled": round(modelled, 2), "hardware": hw,
+                         "unit": "cycles per dependent access", "what": what,
+                         "source": f"{MT4G_MI350P}, {entry}", "modelled_us": None, "bound": None,
+                         "model_version": p.version, "clock_ghz": None, "label": "modelled"})
+    return rows
+
+
 def stream_text(wg_bytes: int) -> str:
     """Each 256-thread workgroup reads its own ``wg_bytes`` (16 B per lane per load, 4 KiB per load
     across the workgroup), 8 loads in flight per wave."""
@@ -153,7 +201,8 @@ def stream_text(wg_bytes: int) -> str:
 
 
 def hardware_rows(p: Params | None = None) -> list:
-    """Each :data:`HARDWARE` micro-kernel through the whole model, beside its published hardware value."""
+    """Each :data:`HARDWARE` micro-kernel through the whole model, beside its published hardware value,
+    then the :func:`chase_rows` (dependent accesses, the cycle model alone)."""
     import gfx950emu
     from gfx950emu.memory import LazyBuffer
 
@@ -169,7 +218,7 @@ def hardware_rows(p: Params | None = None) -> list:
         rows.append({"case": case, "modelled": round(frac, 4), "hardware": hw, "unit": unit, "what": what,
                      "source": source, "modelled_us": k["us"], "bound": k["bound"], "model_version": p.version,
                      "clock_ghz": k["clock_ghz"], "label": "modelled"})
-    return rows
+    return rows + chase_rows(p)
 
 
 def table(rows) -> str:
