@@ -156,7 +156,8 @@ CHASES = (
     ("smem_chase", ["s_mov_b32 s10, 0"] + ["s_load_dword s10, s[4:5], s10", "s_waitcnt lgkmcnt(0)"] * N,
      "smem", "s_load_dword whose offset is the previous load's result, each followed by s_waitcnt lgkmcnt(0): "
      "cycles from one load's issue to the next's",
-     (("scalar L1 hit", 48.0, "memory.scalarL1.latency.p50"),)),
+     (("scalar L1 hit", 48.0, "memory.scalarL1.latency.p50"),
+      ("scalar L1 miss, L2 hit", 166.9, "memory.scalarL1.latency.p50 + missPenalty (118.9)"))),
     ("lds_chase", ["v_mov_b32_e32 v1, 0"] + ["ds_read_b32 v1, v1", "s_waitcnt lgkmcnt(0)"] * N,
      "lds", "ds_read_b32 whose address is the previous read's result, each followed by s_waitcnt lgkmcnt(0): "
      "cycles from one read's issue to the next's",
