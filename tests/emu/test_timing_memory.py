@@ -68,7 +68,7 @@ def test_the_switches_give_back_the_simple_model():
 
 def test_a_stream_reaches_at_most_the_sustained_hbm_share():
     row = next(r for r in micro.hardware_rows() if r["case"] == "hbm_stream")
-    assert row["case"] == "hbm_stream" and row["label"] == "modelled" and row["source"].startswith("[MI300X-PERF]")
+    assert row["case"] == "hbm_stream" and row["label"] == "modelled" and row["source"].startswith("[RS-8480]")
     assert row["bound"] == "memory"
     # launch and the per-round overhead keep it below the sustained fraction it is scored against
     assert 0.5 < row["modelled"] < Params().memory_hbm_sustained_fraction == row["hardware"]
