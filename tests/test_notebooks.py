@@ -455,6 +455,17 @@ def test_a_published_run_redraws_its_figures_from_its_final_tables(monkeypatch, 
     assert drawn == [("t/mine", tmp_path)] and out == [tmp_path / "t/mine.svg"]
 
 
+def _empty_figure_registry(monkeypatch, tmp_path):
+    """Figures, run folders and caches under ``tmp_path``, and a figure registry with nothing in it."""
+    from mxfp4_ablation import figures
+
+    monkeypatch.setenv("MXFP4_FIGURES", str(tmp_path / "fig"))
+    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path / "exp"))
+    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(figures, "FIGURES", {})
+    monkeypatch.setattr(figures, "load", lambda: figures.FIGURES)
+
+
 def test_a_figure_the_run_drew_from_its_final_data_is_not_drawn_again(monkeypatch, tmp_path):
     """At a run's end (its last cell, in the .partial folder) and after it, a figure drawn when the run
     folder already held every data file it holds now is left as drawn; one drawn before a later cell
@@ -465,11 +476,7 @@ def test_a_figure_the_run_drew_from_its_final_data_is_not_drawn_again(monkeypatc
 
     from mxfp4_ablation import figures, results
 
-    monkeypatch.setenv("MXFP4_FIGURES", str(tmp_path / "fig"))
-    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path / "exp"))
-    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(figures, "FIGURES", {})
-    monkeypatch.setattr(figures, "load", lambda: figures.FIGURES)
+    _empty_figure_registry(monkeypatch, tmp_path)
     calls = []
 
     def draw(tag):
@@ -524,11 +531,7 @@ def test_a_figure_is_drawn_again_only_when_what_it_read_or_looked_for_changed(mo
 
     from mxfp4_ablation import figures, results
 
-    monkeypatch.setenv("MXFP4_FIGURES", str(tmp_path / "fig"))
-    monkeypatch.setenv("MXFP4_EXPERIMENTS", str(tmp_path / "exp"))
-    monkeypatch.setenv("MXFP4_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(figures, "FIGURES", {})
-    monkeypatch.setattr(figures, "load", lambda: figures.FIGURES)
+    _empty_figure_registry(monkeypatch, tmp_path)
     calls = []
 
     def drawer(tag, read):
