@@ -95,7 +95,7 @@ micro_rows[["case", "modelled_cycles", "expected_cycles", "what"]]
 # hardware measurements, with their sources (*modelled* vs *published*):
 #
 # * the HBM stream runs through the whole model (grid, memory levels, power clock, launch) against the
-#   share of peak bandwidth measured on MI300X;
+#   share of peak bandwidth TransferBench reads on a gfx950 MI350X (ROCm/rocm-systems PR #8480);
 # * the dependent-access chains (one wave: a vector load, a scalar load or an LDS read whose address is
 #   the previous one's result, each waited for) stand beside MT4G's pointer-chase latencies measured on a
 #   gfx950 MI350P, one row per level the chip distinguishes. The model has one latency per path
