@@ -99,14 +99,15 @@ def render(name: str, run_dir: str | Path | None = None, root: str | Path | None
     plots.apply_style()
     if root is None and not publishes(Path(run_dir)):
         root = scratch_root()
-    folder_state = _data_state(Path(run_dir))
     with _watching(Path(run_dir)) as seen:
         fig = FIGURES[name].draw(Path(run_dir))
     try:
         out = plots.savefig(fig, name, root=root)
     finally:
         plt.close(fig)
-    state = {"read": _read_state(Path(run_dir), seen)} if seen.paths or seen.folders else {"folder": folder_state}
+    # a drawing writes nothing into its run folder: what it read is as it was when it read it
+    state = {"read": _read_state(Path(run_dir), seen)} if seen.paths or seen.folders else \
+        {"folder": _data_state(Path(run_dir))}
     _record_drawn(name, Path(run_dir), state, out)
     return out
 
