@@ -98,9 +98,11 @@ micro_rows[["case", "modelled_cycles", "expected_cycles", "what"]]
 #   share of peak bandwidth TransferBench reads on a gfx950 MI350X (ROCm/rocm-systems PR #8480);
 # * the dependent-access chains (one wave: a vector load, a scalar load or an LDS read whose address is
 #   the previous one's result, each waited for) stand beside MT4G's pointer-chase latencies measured on a
-#   gfx950 MI350P, one row per level the chip distinguishes. The model has one latency per path
-#   (`[vmem].latency_cycles` for whichever level a vector load hits), so one modelled figure faces them
-#   all: this is where the model's memory latencies stand against the chip, not a fit.
+#   gfx950 MI350P, one row per level the chip distinguishes. Since model 0.4.0 the vector and scalar L1
+#   are caches over the real addresses: a chain over one line hits them after its first access, a
+#   chain that moves to a new line every access misses them. Beyond the vector L1 the model has one
+#   latency (`[vmem].latency_cycles`) for L2, MALL and HBM, so one modelled figure faces all three: this
+#   is where the model's memory latencies stand against the chip, not a fit.
 #
 # `experiments/timing-hardware/README.md` lists the other published figures found (bandwidths, the
 # instruction cache, MFMA passes, sustained clocks), not yet scored here.
@@ -257,7 +259,10 @@ calibration.plot_residuals()
 # and MALL bandwidth as fluid queues, the compulsory-bytes floor from touched lines, the sustained HBM
 # fraction -- and `[power]` -- the power-limited clock, the per-round overhead) and re-evaluates PR #990's
 # 12 points and the MoE validation ratios from the cached cycle results: at the full model's fitted
-# parameters (`fixed`) and with them fitted again without the mechanism (`refit`). Columns: the
+# parameters (`fixed`) and with them fitted again without the mechanism (`refit`). The mechanisms inside
+# the cycle simulation (`[vmem].l1_cache`, `[vmem].scalar_cache`, and the what-if `[lds].dma_contends`,
+# off in the model and switched *on* in its row) simulate the 12 points again with the switch flipped
+# (their rows have no MoE columns: the MoE points are not simulated again). Columns: the
 # after/before speed-up error per shape (modelled minus published, pp), the worst aiter-asm/after error,
 # the mean absolute TFLOPS error, and the MoE last/first time ratios (modelled; published in the column
 # name). Written by the calibration command above into `experiments/reference/timing_mechanisms.csv`.
@@ -268,8 +273,9 @@ display(calibration.mechanism_summary().round(3))
 
 # %% [markdown]
 # ## What the model leaves out, and where it misses
-# * Left out: instruction fetch / I-cache (hot loops fit), per-access cache state (one VMEM latency:
-#   the memory levels enter as bandwidth shares, not as latencies), TLB, VALU register-bank conflicts,
+# * Left out: instruction fetch / I-cache (hot loops fit), L2 / MALL / HBM as separate latencies (one
+#   latency beyond the vector L1; those levels enter as bandwidth shares), scratch (spill) accesses in the
+#   caches, TLB, VALU register-bank conflicts,
 #   L2 capacity misses of the tile order, lines shared with workgroups outside the sample (only the
 #   buffer's size caps them), MoE workgroup imbalance beyond the first CU.
 # * Power: the clock is the `[power]` model's (a fitted reference clock scaled by the kernel's activity,

@@ -185,3 +185,23 @@ def test_mechanism_table_switches_each_mechanism_off_fixed_and_refit():
     assert max(abs(r["error"]) for r in off if r["params"] == "fixed") > 0.05
     # the constant clock has nothing to refit
     assert {r["params"] for r in t if r["mechanism_off"] == "power.enabled"} == {"fixed"}
+
+
+def test_a_cycle_mechanism_row_uses_the_points_simulated_again_with_its_override():
+    """The rows of a mechanism inside the cycle simulation come from the fit points simulated with it off
+    (here: the after kernel's cycles 5 % longer), fixed and refit; without those rows it has no row."""
+    import copy
+
+    truth = {"power.ref_ghz": 1.3, "power.operand_weight_per_byte": 2e-4, "power.round_overhead_us": 3.0}
+    rows = _synthetic_rows(truth)
+    alt = copy.deepcopy(rows)
+    for r in alt:
+        if r["stage"] == "after_990":
+            r["raw"]["kernel"]["compute_cycles"] *= 1.05
+    key, val, _ = CAL.CYCLE_MECHANISMS[0]
+    t = CAL.mechanism_table(rows, truth, cycle_rows={(key, val): alt})
+    mine = [r for r in t if r["mechanism_off"] == key]
+    assert {r["params"] for r in mine} == {"fixed", "refit"} and all(r["value_off"] == val for r in mine)
+    fixed = [r for r in mine if r["params"] == "fixed" and r["case"] == "after_990/before_990"]
+    assert fixed and all(r["error"] < -0.5 for r in fixed)     # the after kernel got slower: its gain shrinks
+    assert not [r for r in CAL.mechanism_table(rows, truth) if r["mechanism_off"] == key]

@@ -120,9 +120,11 @@ def predict(raw: dict, theta: dict) -> dict:
     return power.evaluate(raw["kernel"], raw["activity"], _params(theta))
 
 
-def model_fit_points(points: list[dict], upstream_out, aiter_co=None, sample: int = 1) -> list[dict]:
+def model_fit_points(points: list[dict], upstream_out, aiter_co=None, sample: int = 1,
+                     overrides: dict | None = None) -> list[dict]:
     """The modelled (cycle) result of every fit point's kernel, with the published value beside it.
-    Simulates on a cache miss only (``modelled`` caches by ISA, shape, sample and model)."""
+    Simulates on a cache miss only (``modelled`` caches by ISA, shape, sample, model and ``overrides``:
+    cycle-model parameters, :data:`CYCLE_MECHANISMS`)."""
     from . import modelled
 
     out_dir = Path(upstream_out)
@@ -138,9 +140,9 @@ def model_fit_points(points: list[dict], upstream_out, aiter_co=None, sample: in
 
         def get(use_cache=True):
             if p["stage"] == "aiter_asm":
-                return modelled.aiter_asm(co, M, N, K, sample=sample, use_cache=use_cache)
+                return modelled.aiter_asm(co, M, N, K, sample=sample, use_cache=use_cache, overrides=overrides)
             return modelled.flydsl_upstream(out_dir, STAGE_COMMIT[p["stage"]], M, N, K, sample=sample,
-                                            use_cache=use_cache)
+                                            use_cache=use_cache, overrides=overrides)
         raw = get()
         if not raw.get("activity"):  # cached before the activity counts existed: simulate once more
             raw = get(use_cache=False)
@@ -358,33 +360,47 @@ MECHANISMS = (
     ("power.enabled", False, "constant clock ([clock].sustained_ghz)"),
     ("power.round_overhead_us", 0.0, "no per-round overhead"),
 )
+#: mechanisms inside the cycle simulation and the value that switches each off (or, for a what-if that is
+#: off in ``gfx950.toml``, on): their rows simulate PR #990's kernels again (:func:`model_fit_points` with
+#: the override; cached like every timing run); the MoE validation rows are not simulated again
+CYCLE_MECHANISMS = (
+    ("vmem.l1_cache", False, "vector L1 off: every vector load the one latency beyond it"),
+    ("vmem.scalar_cache", False, "scalar L1 off: every s_load the miss latency"),
+    ("lds.dma_contends", True, "what-if ON: LDS-DMA data written through the LDS pipe (no source gives the rate)"),
+)
 
 
 def mechanism_table(rows: list[dict], theta: dict, points: list[dict] | None = None, *,
-                    mechanisms=MECHANISMS) -> list[dict]:
+                    mechanisms=MECHANISMS, cycle_rows=None) -> list[dict]:
     """PR #990's points with each mechanism switched off in turn: per shape the after/before and
     aiter-asm/after speed-up errors (pp) and the mean absolute TFLOPS error, at the full model's fitted
     ``theta`` ("fixed") and with the fitted parameters fitted again without the mechanism ("refit";
     a fitted parameter that is the switch itself stays off).  With ``points``, the MoE validation
-    ratios too (:func:`moe_validation`, at the fixed parameters).  Every number is modelled."""
+    ratios too (:func:`moe_validation`, at the fixed parameters).  ``cycle_rows``: ``{(key, value): rows}``
+    of :data:`CYCLE_MECHANISMS`, the fit points simulated again with the override (their rows follow).
+    Every number is modelled."""
     out = []
-    for key, off, what in (("", None, "full model"),) + tuple(mechanisms):
-        extra = {key: off} if key else {}
+    todo = [(key, off, what, rows) for key, off, what in (("", None, "full model"),) + tuple(mechanisms)]
+    todo += [(key, val, what, alt) for (key, val, what), alt in
+             ((m, (cycle_rows or {}).get(m[:2])) for m in CYCLE_MECHANISMS) if alt is not None]
+    for key, off, what, mrows in todo:
+        cycle = mrows is not rows
+        extra = {key: off} if key and not cycle else {}
         params = tuple(q for q in FIT_PARAMS if q not in extra)
         fits = [("fixed", {**theta, **extra})]
         if key and key != "power.enabled":  # the constant clock has no fitted parameter
-            fits.append(("refit", {**fit(rows, params, fixed=extra)["values"], **extra}))
+            fits.append(("refit", {**fit(mrows, params, fixed=extra)["values"], **extra}))
         for how, th in fits:
-            pts = point_table(rows, th)
+            pts = point_table(mrows, th)
             base = {"label": LABEL, "mechanism_off": key or "none", "value_off": "" if off is None else off,
                     "what": what, "params": how}
-            for q in ratio_rows(rows, th):
+            for q in ratio_rows(mrows, th):
                 shape_pts = [x for x in pts if (x["M"], x["N"], x["K"]) == (q["M"], q["N"], q["K"])]
                 out.append({**base, "case": q["name"], "M": q["M"], "N": q["N"], "K": q["K"],
                             "modelled": q["modelled"], "published": q["published"], "error": q["error"],
                             "unit": "pp speed-up",
                             "mean_abs_tflops_error": float(np.mean([abs(x["error"]) for x in shape_pts]))})
-            if points is not None and how == "fixed":
+            if points is not None and how == "fixed" and not cycle:
                 for v in moe_validation(points, th):
                     out.append({**base, "case": v["name"], "M": v["M"], "N": "", "K": "", "modelled": v["modelled"],
                                 "published": v["published"], "error": v["error"], "unit": v["unit"]})
@@ -511,7 +527,9 @@ def run(upstream_out, *, aiter_co=None, sample: int = 1, write: bool = False, mo
     log(f"uncertainty (held-out, n={unc['n']}): bias {unc['bias_pp']:+.2f} pp "
         f"[{unc['bias_low_pp']:+.2f}, {unc['bias_high_pp']:+.2f}], spread {unc['spread_pp']:.2f} pp, "
         f"{int(100 * unc['level'])} % half-width {unc['half_width_pp']:.2f} pp")
-    mech = [{**common, **m} for m in mechanism_table(rows, th, points if moe else None)]
+    cycle_rows = {(key, val): model_fit_points(points, upstream_out, aiter_co, sample, overrides={key: val})
+                  for key, val, _ in CYCLE_MECHANISMS}
+    mech = [{**common, **m} for m in mechanism_table(rows, th, points if moe else None, cycle_rows=cycle_rows)]
     for m in mech:
         if m["unit"] == "pp speed-up" and m["case"] == "after_990/before_990":
             log(f"  mechanism off: {m['mechanism_off']:30s} {m['params']:5s} {m['M']}x{m['N']}x{m['K']}: after/before "

@@ -75,17 +75,105 @@ def test_a_stream_reaches_at_most_the_sustained_hbm_share():
 
 
 def test_dependent_access_chains_stand_beside_the_published_gfx950_latencies():
-    """One modelled figure per path (the model has one latency each), beside every level MT4G measured on a
-    gfx950 MI350P: the vector chase is the vmcnt round trip the parameters document, the scalar and LDS
-    chases their latency plus the wave's issue slots."""
+    """Chains over one line hit the vector / scalar L1 after their first access, chains that move to a new
+    line every access miss them; each stands beside the levels MT4G measured on a gfx950 MI350P (beyond the
+    vector L1 the model has one latency, so its one figure stands beside L2, MALL and HBM)."""
     p = Params()
     rows = micro.chase_rows(p)
     by = {r["case"]: r for r in rows}
     assert [r["hardware"] for r in rows] == [112.0, 256.0, 444.0, 740.0, 48.0, 166.9, 48.0]
     assert all(r["source"].startswith(micro.MT4G_MI350P) and r["label"] == "modelled" for r in rows)
-    expected = {c[0]: c[3] for c in micro.cases(p)}["vmcnt_round_trip"]
-    assert {r["modelled"] for r in rows if r["case"].startswith("vmem_chase")} == {expected}
     slot = int(p.issue_cycles_per_issue_slot)
-    assert by["smem_chase (scalar L1 hit)"]["modelled"] == micro._up(int(p.vmem_smem_latency_cycles), slot) + slot
+    expected = {c[0]: c[3] for c in micro.cases(p)}["vmcnt_round_trip"]
+    assert {r["modelled"] for r in rows if r["case"].startswith("vmem_chase_new_lines")} == {expected}
+    assert by["vmem_chase (vector L1 hit)"]["modelled"] == micro._up(4 + int(p.vmem_l1_hit_latency_cycles), slot) + slot
+    assert by["smem_chase (scalar L1 hit)"]["modelled"] == micro._up(int(p.vmem_smem_hit_latency_cycles), slot) + slot
+    miss = by["smem_chase_new_lines (scalar L1 miss, L2 hit)"]["modelled"]
+    assert int(p.vmem_smem_latency_cycles) < miss <= int(p.vmem_smem_latency_cycles) + 3 * slot
     assert int(p.lds_latency_cycles) < by["lds_chase (LDS)"]["modelled"] <= int(p.lds_latency_cycles) + 2 * slot
+    # the caches switched off: every chain costs the one latency of its path again
+    off = {r["case"]: r["modelled"] for r in micro.chase_rows(Params(overrides={
+        "vmem.l1_cache": False, "vmem.scalar_cache": False}))}
+    assert off["vmem_chase (vector L1 hit)"] == expected
+    assert off["smem_chase (scalar L1 hit)"] == micro._up(int(p.vmem_smem_latency_cycles), slot) + slot
     assert {r["case"] for r in micro.hardware_rows(p)} >= set(by)
+
+
+def _one_wave(body, params=None):
+    prog = gfx950emu.load(micro.kernel_text(body))
+    buf = np.zeros(1 << 20, dtype=np.uint8)
+    return gfx950emu.launch(prog, (1, 1, 1), (64, 1, 1), [buf], timing=True, timing_trace=True,
+                            timing_params=params).timing
+
+
+def _load_gaps(t):
+    """Cycles from each vector load's issue to the issue of the next instruction after its wait."""
+    ev = t["trace_events"]
+    loads = [e[4] for e in ev if e[6] == "vmem"]
+    after = [next(e[4] for e in ev if e[6] == "valu" and e[4] > x) for x in loads]
+    return [b - a for a, b in zip(loads, after)]
+
+
+def test_a_load_hits_the_vector_l1_only_where_its_lines_were_loaded_before():
+    """The second load of a line returns at the L1's latency; a store does not bring its line in, a load
+    with scope bits (sc0) goes past the L1, and the switch off gives every load the one latency."""
+    p = Params()
+    hit, miss = int(p.vmem_l1_hit_latency_cycles), int(p.vmem_latency_cycles)
+    wait = ["s_waitcnt vmcnt(0)", "v_mov_b32_e32 v2, v1"]
+    ld = "buffer_load_dword v1, v40, s[4:7], 0 offen"
+    body = ([ld] + wait + [ld] + wait                                            # miss, hit
+            + ["buffer_store_dword v1, v40, s[4:7], 0 offen offset:2048", "s_waitcnt vmcnt(0)"]
+            + ["buffer_load_dword v1, v40, s[4:7], 0 offen offset:2048"] + wait  # stored, not loaded: miss
+            + [ld + " sc0"] + wait)                                              # scope bits: past the L1
+    t = _one_wave(body)
+    g = _load_gaps(t)
+    # the store sits among the loads in the trace; keep the loads followed by their own wait
+    g = [g[0], g[1], g[3], g[4]]
+    assert g[0] > miss and g[1] < hit + 16 and g[2] > miss and g[3] > miss
+    assert t["caches"]["vector_l1_loads"] == 3 and t["caches"]["vector_l1_hits"] == 1
+    off = _one_wave(body, {"vmem.l1_cache": False})
+    assert min(_load_gaps(off)[k] for k in (0, 1, 3, 4)) > miss and off["caches"]["vector_l1_loads"] == 0
+
+
+def test_the_vector_l1_keeps_the_most_recently_used_lines_it_has_room_for():
+    p = Params()
+    lines = int(p.device_l1_bytes_per_cu) // int(p.device_cache_line_bytes)
+    ld = "buffer_load_dword v1, v41, s[4:7], 0 offen"
+    set_up = ["v_lshlrev_b32_e32 v41, 7, v0"]                 # lane i -> byte 128 i: 64 lines per load
+    sweep = []
+    for k in range(lines // 64 + 1):                          # one more sweep of 64 lines than the L1 holds
+        sweep += [f"v_add_u32_e32 v41, {64 * 128}, v41" if k else "v_mov_b32_e32 v2, 0", ld, "s_waitcnt vmcnt(0)"]
+    again = ["v_lshlrev_b32_e32 v41, 7, v0", ld, "s_waitcnt vmcnt(0)", "v_mov_b32_e32 v2, v1"]
+    t = _one_wave(set_up + sweep + again)
+    assert t["caches"]["vector_l1_hits"] == 0        # the first 64 lines were evicted by the last sweep
+    t2 = _one_wave(set_up + sweep[:3 * (lines // 64)] + again)
+    assert t2["caches"]["vector_l1_hits"] == 1        # the same sweep that fits keeps them
+
+
+def test_scalar_loads_hit_the_scalar_l1_after_their_line_was_loaded():
+    p = Params()
+    t = _one_wave(["s_load_dword s10, s[4:5], 0x0", "s_waitcnt lgkmcnt(0)",
+                   "s_load_dword s11, s[4:5], 0x4", "s_waitcnt lgkmcnt(0)",       # same line: hit
+                   "s_load_dword s12, s[4:5], 0x40", "s_waitcnt lgkmcnt(0)"])     # next 64-byte line: miss
+    # the kernel's own prologue loads the kernarg (one miss) before these three
+    assert t["caches"]["scalar_loads"] == 4 and t["caches"]["scalar_hits"] == 1
+    assert p.vmem_smem_hit_latency_cycles < p.vmem_smem_latency_cycles
+
+
+def test_lds_dma_data_takes_lds_pipe_time_only_with_its_switch_on():
+    """A DS read that would start after LDS-DMA data arrived waits for its write (what-if, off by default):
+    64 back-to-back reads keep the LDS pipe busy while the 16 DMAs' data arrives, so they end later by the
+    DMAs' write time; data that arrived while the pipe was idle delays nothing."""
+    dma = ["buffer_load_dword v40, s[4:7], 0 offen lds"] * 16
+    reads = ["s_sleep 7"] + [f"ds_read_b128 v[{60 + 4 * (j % 8)}:{63 + 4 * (j % 8)}], v40" for j in range(64)] \
+        + ["s_waitcnt lgkmcnt(0)", "v_mov_b32_e32 v2, 0"]
+    body = ["s_mov_b32 m0, 0x8000"] + dma + reads + ["s_waitcnt vmcnt(0)"]
+    assert Params().lds_dma_contends is False
+    miss = {"vmem.l1_cache": False}      # every DMA's data arrives after the one latency beyond the L1
+    off, on = _one_wave(body, miss), _one_wave(body, {**miss, "lds.dma_contends": True})
+    last = lambda t: max(e[4] for e in t["trace_events"] if e[6] == "valu")   # noqa: E731
+    p = Params()
+    write = 16 * (256 // int(p.lds_dma_write_bytes_per_clock))
+    assert last(on) - last(off) == pytest.approx(write, abs=2 * int(p.issue_cycles_per_issue_slot))
+    idle = [x if x != "s_sleep 7" else "s_sleep 30" for x in body]
+    assert last(_one_wave(idle, {**miss, "lds.dma_contends": True})) == last(_one_wave(idle, miss))

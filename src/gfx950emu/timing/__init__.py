@@ -34,6 +34,8 @@ runs any ``.s`` file.
   (:mod:`gfx950emu.timing.power`: MFMA passes, operand bytes read with and without operand reuse,
   LDS / VMEM bytes, VALU instructions); ``kernel["power"]`` says the clock it gave when ``[power]``
   is enabled;
+* ``caches`` -- vector loads that looked their lines up in the CU's vector L1 and how many hit (all
+  their lines), the same for scalar loads in the scalar L1 (``[vmem].l1_cache`` / ``scalar_cache``);
 * ``sampled_workgroups``, ``workgroups_simulated``, ``occupancy_workgroups_per_cu``, ``grid_workgroups``,
   ``lds_conflict_cycles``, ``cu_cycles``, ``label`` ("modelled"), ``model_version``, ``clock_ghz``;
 * ``trace_events`` (only with ``timing_trace=True``): [workgroup, wave, simd, instruction, issue, end, kind]
@@ -97,6 +99,7 @@ class track_touched:
         self._pending = []
         self._npending = 0
         self._last = None       # heap offset of the first lane of the last access (see take_region)
+        self._since = []        # the lanes' heap offsets of the accesses since take_offsets (the caches)
         self._starts, self._offsets = mem.starts, mem.offsets
         mem.starts = self._wrap(self._starts)
         mem.offsets = self._wrap(self._offsets)
@@ -109,7 +112,9 @@ class track_touched:
             if out.size:
                 first = out[:, 0] if out.ndim == 2 else out
                 self._last = int(first[0])
-                pending.append(first.astype(np.int64))
+                first = first.astype(np.int64)
+                self._since.append(first)
+                pending.append(first)
                 self._npending += out.shape[0]
                 if self._npending > self.FOLD:
                     self._fold()
@@ -143,6 +148,14 @@ class track_touched:
         if off is None:
             return -1
         return int(np.searchsorted(self.mem._starts, off, side="right") - 1)
+
+    def take_offsets(self):
+        """The heap offsets (int64, one per active lane) the accesses since the previous call addressed,
+        or None when nothing was accessed."""
+        since, self._since = self._since, []
+        if not since:
+            return None
+        return since[0] if len(since) == 1 else np.concatenate(since)
 
     def region_lines(self) -> dict:
         """``{region index: touched 128-byte lines}`` of the argument buffers."""
@@ -278,6 +291,8 @@ def summarise(prog, p, cu, nwaves) -> dict:
         "lds_conflict_cycles": int(cu.lds_conflict_cycles),
         "cu_cycles": int(total_span),
         "workgroups_simulated": len(cu.wg_records),
+        "caches": {"vector_l1_loads": int(cu.l1_loads), "vector_l1_hits": int(cu.l1_hits),
+                   "scalar_loads": int(cu.sl1_loads), "scalar_hits": int(cu.sl1_hits)},
     }
 
 

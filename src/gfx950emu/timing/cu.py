@@ -11,14 +11,16 @@ state as :func:`gfx950emu.launch`: real addresses, trip counts, EXEC) but in cyc
   for VALU / VMEM / LDS / MFMA-A/B reads (gfx950 wait states of GCNHazardRecognizer);
 * per SIMD one MFMA pipe: ``passes x 4`` cycles per MFMA, independent ops and exact SrcC chains
   back to back; VALU and other instructions issue in the MFMA's shadow;
-* CU-wide pipes: VMEM (address issue + L2->L1 bytes/clock, fixed latency, in-order return per
-  wave; ``buffer_load ... lds`` adds its LDS write), LDS (bank conflicts from the real lane
-  addresses: per phase the busiest bank's count of distinct dwords), SMEM (fixed latency);
+* CU-wide pipes: VMEM (address issue + L2->L1 bytes/clock, in-order return per wave; the latency
+  of a load whose lines all hit the CU's vector L1 -- an LRU over the lines of the real addresses --
+  is the L1's, any other the one beyond it; ``buffer_load ... lds`` writes its data through the LDS
+  pipe when it arrives), LDS (bank conflicts from the real lane addresses: per phase the busiest
+  bank's count of distinct dwords), SMEM (scalar L1 hit or miss from the real address, LRU);
 * ``s_waitcnt`` stalls until the counters allow, ``s_barrier`` joins the workgroup's waves,
   ``s_nop N`` costs N+1 wait states, ``s_sleep``, taken branches a refill penalty.
 
 Left out: instruction fetch / I-cache (the GEMM hot loops fit in the I-cache), power and clock
-throttling (folded into the one fitted clock), L1/L2 cache state (one VMEM latency), TLB,
+throttling (:mod:`.power`, applied after), L2 / MALL hits (one latency beyond the vector L1), TLB,
 export/GDS, VALU register-bank conflicts, dual-issue of packed FP32.
 """
 from __future__ import annotations
@@ -56,7 +58,7 @@ class Static:
 
     __slots__ = ("kind", "itype", "passes", "flops", "ab", "c", "dst", "vreads", "wait", "nop_cycles",
                  "nbytes", "lds_dma", "store", "ds_addr", "ds_offs", "ds_write", "is_cond_branch", "line",
-                 "opcode", "prio")
+                 "opcode", "prio", "l1")
 
 
 def analyse(prog, p) -> list:
@@ -78,6 +80,7 @@ def analyse(prog, p) -> list:
         st.ds_addr = None
         st.ds_offs = (0,)
         st.prio = None
+        st.l1 = False
         name = d.opcode
         if d.cls == "mfma":
             _mfma_static(st, ins, prog, p)
@@ -98,6 +101,14 @@ def analyse(prog, p) -> list:
             st.nbytes = _bytes_of(name.split("_e")[0])
             st.lds_dma = bool(d.pend and d.pend[3])
             st.store = "store" in name or ("atomic" in name and not d.vwrites)
+            # a plain load may hit the vector L1; stores and atomics go to L2, and a load with scope bits
+            # (sc0 / sc1: work-group scope and wider) misses it
+            m = ins.mods
+            st.l1 = "load" in name and "atomic" not in name and not (m.get("sc0") or m.get("sc1") or m.get("glc"))
+        elif d.cls == "smem":
+            # bytes per address the handler checks: s_load one span, s_buffer_load one dword each
+            n = {"dword": 1, "dwordx2": 2, "dwordx4": 4, "dwordx8": 8, "dwordx16": 16}.get(name.rsplit("_", 1)[-1], 1)
+            st.nbytes = 4 if name.startswith("s_buffer_load") else 4 * n
         elif d.cls == "lds":
             _ds_static(st, ins, prog, name)
         elif d.cls == "valu" and name.startswith(_TRANS):
@@ -258,6 +269,15 @@ class CU:
         self.mfma_queue = int(params.mfma_queue_depth)
         self.cpp = int(params.mfma_cycles_per_pass)
         self.mfma_start = 0
+        # caches from the real addresses (gfx950.toml: [vmem].l1_cache / scalar_cache; LRU = dict order)
+        self.l1 = {} if params.vmem_l1_cache and probe is not None else None
+        self.l1_line = int(params.device_cache_line_bytes)
+        self.l1_cap = int(params.device_l1_bytes_per_cu) // self.l1_line
+        self.sl1 = {} if params.vmem_scalar_cache and probe is not None else None
+        self.sl1_line = int(params.vmem_scalar_line_bytes)
+        self.sl1_cap = int(params.device_scalar_l1_bytes) // self.sl1_line
+        self.dma_contends = bool(params.lds_dma_contends)
+        self.l1_hits = self.l1_loads = self.sl1_hits = self.sl1_loads = 0
 
     # ------------------------------------------------------------------ run ----
     def run(self, wgs):
@@ -268,6 +288,7 @@ class CU:
         self.vmem_free = 0
         self.lds_free = 0
         self.vmem_q, self.lds_q = [], []        # start cycles of queued instructions (CU pipes)
+        self.dma_pending = []                   # (arrival, write cycles) of LDS-DMA data not yet written
         self.vmem_depth = int(p.vmem_queue_depth)
         self.lds_depth = int(p.lds_queue_depth)
         self.heap = []
@@ -380,12 +401,8 @@ class CU:
         fin = t + (self.internal if kind in ("waitcnt", "barrier") or st.prio is not None else slot)
         if kind == "mfma":
             self._issue_mfma(tw, st, t)
-        elif kind == "vmem":
-            self._issue_vmem(tw, st, i, t)
         elif kind == "lds":
             self._issue_lds(tw, st, t)
-        elif kind == "smem":
-            tw.lgkm.append(t + p.vmem_smem_latency_cycles)
         elif kind == "waitcnt":
             vm, lgkm = st.wait
             _retire(tw.vm, vm, t)
@@ -398,8 +415,21 @@ class CU:
         w.pc = i + 1
         w.counts[i] += 1
         r = self.fns[i](w)
-        if kind == "vmem" and self.probe is not None:
-            self.vmem_events[3].append(self.probe.take_region())
+        # memory ops are timed after their handler ran: the caches look at the addresses it used
+        if kind == "vmem":
+            offs = None
+            if self.probe is not None:
+                offs = self.probe.take_offsets()
+                self.vmem_events[3].append(self.probe.take_region())
+            self._issue_vmem(tw, st, i, t, offs)
+        elif kind == "smem":
+            offs = self.probe.take_offsets() if self.probe is not None else None
+            hit = self.sl1 is not None and offs is not None and self._lookup(
+                self.sl1, self.sl1_line, self.sl1_cap, offs, max(4, st.nbytes))
+            if self.sl1 is not None and offs is not None:
+                self.sl1_loads += 1
+                self.sl1_hits += hit
+            tw.lgkm.append(t + (p.vmem_smem_hit_latency_cycles if hit else p.vmem_smem_latency_cycles))
         w.executed += 1
         if w.executed > self.budget:
             raise ExecError(f"wave {w.id} executed more than {self.budget} instructions (endless loop?)")
@@ -485,7 +515,23 @@ class CU:
         self.simd_first[s] = tw.start
         return tw.start
 
-    def _issue_vmem(self, tw, st, i, t):
+    @staticmethod
+    def _lookup(cache, line, cap, offs, nbytes) -> bool:
+        """Whether every line the accesses at heap offsets ``offs`` (``nbytes`` each) touch is in
+        ``cache`` (an LRU: a dict in use order); the lines are then the most recently used."""
+        a = offs // line
+        b = (offs + (nbytes - 1)) // line
+        lines = np.unique(np.concatenate((a, b)) if (a != b).any() else a).tolist()
+        hit = True
+        for x in lines:
+            if cache.pop(x, False) is False:
+                hit = False
+            cache[x] = True
+        while len(cache) > cap:
+            del cache[next(iter(cache))]
+        return hit
+
+    def _issue_vmem(self, tw, st, i, t, offs=None):
         p = self.p
         w = tw.w
         lanes = int(w.active.size)
@@ -499,9 +545,18 @@ class CU:
         ev[2].append(st.store)
         self.vmem_free = start + max(int(p.vmem_issue_cycles), data)
         _enqueue(self.vmem_q, start, t)
-        done = start + data + int(p.vmem_latency_cycles)
+        latency = int(p.vmem_latency_cycles)
+        if self.l1 is not None and st.l1 and offs is not None and offs.size:
+            self.l1_loads += 1
+            if self._lookup(self.l1, self.l1_line, self.l1_cap, offs, st.nbytes):
+                self.l1_hits += 1
+                latency = int(p.vmem_l1_hit_latency_cycles)
+        done = start + data + latency
         if st.lds_dma:
-            done += -(-nbytes // int(p.lds_dma_write_bytes_per_clock))
+            wcyc = -(-nbytes // int(p.lds_dma_write_bytes_per_clock))
+            if self.dma_contends:
+                heapq.heappush(self.dma_pending, (done, wcyc))
+            done += wcyc
         if tw.vm and tw.vm[-1] > done:
             done = tw.vm[-1]
         if len(tw.vm) > 64:
@@ -524,6 +579,11 @@ class CU:
         else:
             cyc = 1
         start = max(t, self.lds_free)
+        dp = self.dma_pending
+        while dp and dp[0][0] <= start:     # LDS-DMA data that arrived first is written first
+            arr, wcyc = heapq.heappop(dp)
+            self.lds_free = max(self.lds_free, arr) + wcyc
+            start = max(t, self.lds_free)
         self.lds_free = start + cyc
         _enqueue(self.lds_q, start, t)
         done = start + cyc + int(p.lds_latency_cycles)

@@ -78,10 +78,14 @@ def cases(p: Params | None = None) -> list:
     l1 = int(p.vmem_l1_bytes_per_clock)
     dma = [f"buffer_load_dword v40, s[4:7], 0 offen lds" for _ in range(N)] + ["s_waitcnt vmcnt(0)", "v_mov_b32_e32 v1, 0"]
     per = max(int(p.vmem_issue_cycles), 256 // l1)
+    # every DMA reads the same 256 B: with the vector L1 on, the first misses and the others hit; data
+    # returns in order, so the wait ends with the later of the first (miss) and the last (hit)
+    hit_lat = int(p.vmem_l1_hit_latency_cycles) if p.vmem_l1_cache else vm_lat
     out.append(("lds_dma_stream", dma, ("gap", "vmem", "valu"),
-                _up((N - 1) * per + 256 // l1 + vm_lat + 256 // int(p.lds_dma_write_bytes_per_clock), slot) + slot,
-                f"{N} x buffer_load_dword ... lds (256 B each) then s_waitcnt vmcnt(0): first DMA issue to the "
-                "next instruction"))
+                _up(max(vm_lat, (N - 1) * per + hit_lat) + 256 // l1 + 256 // int(p.lds_dma_write_bytes_per_clock),
+                    slot) + slot,
+                f"{N} x buffer_load_dword ... lds (256 B each, one address) then s_waitcnt vmcnt(0): first DMA issue "
+                "to the next instruction"))
     rt = ["buffer_load_dword v1, v40, s[4:7], 0 offen", "s_waitcnt vmcnt(0)", "v_mov_b32_e32 v2, v1"]
     out.append(("vmcnt_round_trip", rt, ("gap", "vmem", "valu"), _up(256 // l1 + vm_lat, slot) + slot,
                 "one buffer_load_dword then s_waitcnt vmcnt(0): load issue to the dependent VALU's issue"))
@@ -144,20 +148,30 @@ MT4G_MI350P = ("[MT4G-MI350P] caps-tum/mt4g sample_results/AMD_Instinct_MI350P.j
                "MI350P, 128 CUs, run 2026-09-16, hipcc 7.14): single-thread pointer chase, p50")
 
 #: dependent-access micro-kernels scored against :data:`MT4G_MI350P`: (case, body, trace kind, what the chain
-#: is, [(the hardware level, its published p50 in cycles, the JSON entry)]). The model has one latency per
-#: path ([vmem].latency_cycles for every level a vector load can hit, [vmem].smem_latency_cycles,
-#: [lds].latency_cycles), so one modelled figure stands beside each level the chip distinguishes.
+#: is, [(the hardware level, its published p50 in cycles, the JSON entry)]). The model's caches look at the
+#: addresses: a chain over one line hits the vector / scalar L1 after its first access, a chain that moves
+#: to a new line every access misses them; beyond the vector L1 the model has one latency
+#: ([vmem].latency_cycles) for L2, MALL and HBM, so one modelled figure stands beside each of those levels.
 CHASES = (
     ("vmem_chase", ["v_mov_b32_e32 v1, 0"] + ["buffer_load_dword v1, v1, s[4:7], 0 offen", "s_waitcnt vmcnt(0)"] * N,
-     "vmem", "buffer_load_dword whose address is the previous load's result, each followed by s_waitcnt vmcnt(0): "
-     "cycles from one load's issue to the next's",
-     (("vector L1 hit", 112.0, "memory.l1.latency.p50"), ("L2 hit", 256.0, "memory.l2.latency.p50"),
-      ("MALL (Infinity Cache) hit", 444.0, "memory.l3.latency.p50"), ("HBM", 740.0, "memory.main.latency.p50"))),
+     "vmem", "buffer_load_dword whose address is the previous load's result (one line), each followed by "
+     "s_waitcnt vmcnt(0): cycles from one load's issue to the next's",
+     (("vector L1 hit", 112.0, "memory.l1.latency.p50"),)),
+    ("vmem_chase_new_lines", ["v_mov_b32_e32 v1, 0"] + [x for j in range(N) for x in (
+        f"buffer_load_dword v1, v1, s[4:7], 0 offen offset:{128 * j}", "s_waitcnt vmcnt(0)")],
+     "vmem", "buffer_load_dword whose address is the previous load's result plus a new 128-byte line each time, "
+     "each followed by s_waitcnt vmcnt(0): cycles from one load's issue to the next's",
+     (("L2 hit", 256.0, "memory.l2.latency.p50"), ("MALL (Infinity Cache) hit", 444.0, "memory.l3.latency.p50"),
+      ("HBM", 740.0, "memory.main.latency.p50"))),
     ("smem_chase", ["s_mov_b32 s10, 0"] + ["s_load_dword s10, s[4:5], s10", "s_waitcnt lgkmcnt(0)"] * N,
-     "smem", "s_load_dword whose offset is the previous load's result, each followed by s_waitcnt lgkmcnt(0): "
-     "cycles from one load's issue to the next's",
-     (("scalar L1 hit", 48.0, "memory.scalarL1.latency.p50"),
-      ("scalar L1 miss, L2 hit", 166.9, "memory.scalarL1.latency.p50 + missPenalty (118.9)"))),
+     "smem", "s_load_dword whose offset is the previous load's result (one line), each followed by "
+     "s_waitcnt lgkmcnt(0): cycles from one load's issue to the next's",
+     (("scalar L1 hit", 48.0, "memory.scalarL1.latency.p50"),)),
+    ("smem_chase_new_lines", ["s_mov_b32 s10, 0"] + [x for j in range(N) for x in (
+        f"s_add_u32 s11, s10, {64 * j}", "s_load_dword s10, s[4:5], s11", "s_waitcnt lgkmcnt(0)")],
+     "smem", "s_load_dword whose offset is the previous load's result plus a new 64-byte line each time, each "
+     "followed by s_waitcnt lgkmcnt(0): cycles from one load's issue to the next's (with the s_add_u32)",
+     (("scalar L1 miss, L2 hit", 166.9, "memory.scalarL1.latency.p50 + missPenalty (118.9)"),)),
     ("lds_chase", ["v_mov_b32_e32 v1, 0"] + ["ds_read_b32 v1, v1", "s_waitcnt lgkmcnt(0)"] * N,
      "lds", "ds_read_b32 whose address is the previous read's result, each followed by s_waitcnt lgkmcnt(0): "
      "cycles from one read's issue to the next's",
