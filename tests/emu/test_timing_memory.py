@@ -177,3 +177,19 @@ def test_lds_dma_data_takes_lds_pipe_time_only_with_its_switch_on():
     assert last(on) - last(off) == pytest.approx(write, abs=2 * int(p.issue_cycles_per_issue_slot))
     idle = [x if x != "s_sleep 7" else "s_sleep 30" for x in body]
     assert last(_one_wave(idle, {**miss, "lds.dma_contends": True})) == last(_one_wave(idle, miss))
+
+
+def test_per_cu_streams_stand_beside_the_published_gfx950_bandwidths():
+    """A one-wave stream through each CU pipe gives the rate its parameter documents (bytes per clock), put at
+    MT4G's listed clock beside MT4G's per-CU figure; a parameter change moves the modelled figure only."""
+    p = Params()
+    rows = {r["case"]: r for r in micro.bandwidth_rows(p)}
+    gib = micro.MT4G_CLOCK_GHZ * 1e9 / 2 ** 30
+    assert rows["lds_read_bandwidth"]["modelled"] == pytest.approx(int(p.lds_read_bytes_per_clock) * gib, rel=0.02)
+    assert rows["lds_write_bandwidth"]["modelled"] == pytest.approx(int(p.lds_write_bytes_per_clock) * gib, rel=0.02)
+    assert rows["vector_l1_read_bandwidth"]["modelled"] == pytest.approx(int(p.vmem_l1_bytes_per_clock) * gib, rel=0.03)
+    assert [r["hardware"] for r in rows.values()] == [451.2, 153.9, 214.4]
+    assert all(r["label"] == "modelled" and "MT4G-MI350P" in r["source"] for r in rows.values())
+    half = {r["case"]: r for r in micro.bandwidth_rows(Params(overrides={"lds.write_bytes_per_clock": 64}))}
+    assert half["lds_write_bandwidth"]["modelled"] == pytest.approx(rows["lds_write_bandwidth"]["modelled"] / 2, rel=0.02)
+    assert half["lds_write_bandwidth"]["hardware"] == 153.9

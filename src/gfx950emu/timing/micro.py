@@ -200,6 +200,48 @@ def chase_rows(p: Params | None = None) -> list:
     return rows
 
 
+#: MT4G's per-CU bandwidths on the gfx950 MI350P (GiB/s; the file's clockRate is 2.2 GHz, the clock during
+#: the run is not logged): the model's rates (bytes per core clock, a one-wave stream through its pipe) are
+#: put at that clock beside them
+MT4G_CLOCK_GHZ = 2.2
+#: (case, body, trace kind, bytes per instruction, latency to subtract, what, hardware GiB/s, JSON entry)
+BANDWIDTHS = (
+    ("lds_read_bandwidth", [f"ds_read_b128 v[{60 + 4 * (j % 8)}:{63 + 4 * (j % 8)}], v41" for j in range(N)]
+     + ["s_waitcnt lgkmcnt(0)"], "lds", 1024, "lds", "ds_read_b128, lane stride 16 B (no bank conflict): bytes per "
+     "clock through the CU's LDS pipe", 451.2, "memory.shared.readBandwidthPerCU"),
+    ("lds_write_bandwidth", [f"ds_write_b128 v41, v[{60 + 4 * (j % 8)}:{63 + 4 * (j % 8)}]" for j in range(N)]
+     + ["s_waitcnt lgkmcnt(0)"], "lds", 1024, "lds", "ds_write_b128, lane stride 16 B (no bank conflict): bytes per "
+     "clock through the CU's LDS pipe", 153.9, "memory.shared.writeBandwidthPerCU"),
+    ("vector_l1_read_bandwidth", ["v_lshlrev_b32_e32 v42, 4, v0"]
+     + [f"buffer_load_dwordx4 v[{60 + 4 * (j % 8)}:{63 + 4 * (j % 8)}], v42, s[4:7], 0 offen" for j in range(N)]
+     + ["s_waitcnt vmcnt(0)"], "vmem", 1024, "l1", "buffer_load_dwordx4 of the same 1 KiB (vector L1 hits after the "
+     "first): bytes per clock through the CU's vector memory path", 214.4, "memory.l1.readBandwidthPerCU"),
+)
+
+
+def bandwidth_rows(p: Params | None = None) -> list:
+    """Each :data:`BANDWIDTHS` stream (one wave) through the cycle model: bytes per clock, and GiB/s at
+    :data:`MT4G_CLOCK_GHZ`, beside MT4G's per-CU figure on the gfx950 MI350P."""
+    import gfx950emu
+
+    p = p or Params()
+    over = {k: v for k, v in p.values.items() if v != Params().values.get(k)} or None
+    buf = np.zeros(1 << 20, dtype=np.uint8)
+    lat = {"lds": int(p.lds_latency_cycles),
+           "l1": int(p.vmem_l1_hit_latency_cycles if p.vmem_l1_cache else p.vmem_latency_cycles)}
+    rows = []
+    for name, body, kind, nbytes, which, what, hw, entry in BANDWIDTHS:
+        prog = gfx950emu.load(kernel_text(["v_lshlrev_b32_e32 v41, 4, v0"] + body))
+        res = gfx950emu.launch(prog, (1, 1, 1), (64, 1, 1), [buf], timing=True, timing_trace=True, timing_params=over)
+        per_op = measure(res, ("drain", kind, lat[which]))
+        bpc = nbytes / per_op
+        rows.append({"case": name, "modelled": round(bpc * MT4G_CLOCK_GHZ * 1e9 / 2 ** 30, 1), "hardware": hw,
+                     "unit": f"GiB/s per CU (model: {bpc:.0f} B/clock at {MT4G_CLOCK_GHZ} GHz)", "what": what,
+                     "source": f"{MT4G_MI350P.replace(', p50', '')}, {entry}", "modelled_us": None, "bound": None,
+                     "model_version": p.version, "clock_ghz": MT4G_CLOCK_GHZ, "label": "modelled"})
+    return rows
+
+
 def stream_text(wg_bytes: int) -> str:
     """Each 256-thread workgroup reads its own ``wg_bytes`` (16 B per lane per load, 4 KiB per load
     across the workgroup), 8 loads in flight per wave."""
@@ -217,7 +259,8 @@ def stream_text(wg_bytes: int) -> str:
 
 def hardware_rows(p: Params | None = None) -> list:
     """Each :data:`HARDWARE` micro-kernel through the whole model, beside its published hardware value,
-    then the :func:`chase_rows` (dependent accesses, the cycle model alone)."""
+    then the :func:`chase_rows` (dependent accesses) and :func:`bandwidth_rows` (per-CU streams), the cycle
+    model alone."""
     import gfx950emu
     from gfx950emu.memory import LazyBuffer
 
@@ -233,7 +276,7 @@ def hardware_rows(p: Params | None = None) -> list:
         rows.append({"case": case, "modelled": round(frac, 4), "hardware": hw, "unit": unit, "what": what,
                      "source": source, "modelled_us": k["us"], "bound": k["bound"], "model_version": p.version,
                      "clock_ghz": k["clock_ghz"], "label": "modelled"})
-    return rows + chase_rows(p)
+    return rows + chase_rows(p) + bandwidth_rows(p)
 
 
 def table(rows) -> str:

@@ -85,6 +85,7 @@ class Spec:
     model_timeline: int = 0  # which of a step's modelled shapes its timeline is traced at
     model_loo_regime: str | None = None  # the regime whose first device shape models the leave-one-out set
     model_sweep: tuple = ()  # shapes the first and last rungs are modelled at too (MoE: the Kimi token counts)
+    model_sweep_ladder: tuple = ()  # of those, the shapes every rung is modelled at (their step deltas too)
     #: (study, sweep, tables, stats) -> None: adds the family's own summary tables (and stats)
     model_tables: Callable | None = None
     model_figures: tuple = ("modelled_leave_one_out",)  # the summary's modelled figures, in order

@@ -152,7 +152,8 @@ def summary_plan(study) -> list[tuple[str, tuple]]:
     """Which (variant, shape) points the summary models, per family: every rung at
     :func:`default_shapes`, the leave-one-out variants at the first device shape of the study's
     :attr:`~.engine.Spec.model_loo_regime`, and the first and last rungs at its
-    :attr:`~.engine.Spec.model_sweep` shapes (MoE: the Kimi token counts; none with :func:`isa_only`)."""
+    :attr:`~.engine.Spec.model_sweep` shapes (MoE: the Kimi token counts; none with :func:`isa_only`), every
+    rung at those of them in :attr:`~.engine.Spec.model_sweep_ladder`."""
     shapes = default_shapes(study)
     loo_at = [tuple(s) for r in study.spec.regimes if r.name == study.spec.model_loo_regime for s in r.device[:1]]
     sweep_at = [] if isa_only() else [tuple(s) for s in study.spec.model_sweep]
@@ -161,8 +162,9 @@ def summary_plan(study) -> list[tuple[str, tuple]]:
         ladder = study.ladder_names(fam)
         points += [(n, s) for s in shapes for n in ladder]
         points += [(n, s) for s in loo_at for n in study.leave_one_out_names(fam)]
-        points += [(n, s) for s in sweep_at for n in (ladder[0], ladder[-1])]
-    return points
+        every = {tuple(s) for s in study.spec.model_sweep_ladder}
+        points += [(n, s) for s in sweep_at for n in (ladder if s in every else (ladder[0], ladder[-1]))]
+    return list(dict.fromkeys(points))
 
 
 def summary_section(study, out_dir, points: Sequence | None = None, render: bool = True) -> SummaryModel:

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from .modelled_runs import LABEL, REASONS, AblationError
+from .modelled_runs import LABEL, REASONS, AblationError, shape_text
 
 #: FlyDSL PR #990's "Main changes", "roughly in descending order of impact" (the PR description,
 #: https://github.com/ROCm/FlyDSL/pull/990), mapped to our switches. Only the items we could read are
@@ -299,6 +299,18 @@ def findings(study: str, tables: dict, stats: dict, band: dict) -> list[str]:
         out.append(f"PR #990's impact order vs the modelled step deltas over its {o['n']} ranked switches we map: "
                    f"Spearman rho = {o['rho_step']:.2f} (leave-one-out losses, {o.get('n_loo', '?')} switches with a "
                    f"leave-one-out variant: {o['rho_loo']:.2f}).")
+    if d is not None and study == "moe":
+        # the step deltas at the shapes the README's ladder table does not show (every rung modelled there)
+        from . import get
+
+        shown = {shape_text(r.device[0]) for r in get(study).spec.regimes}
+        for s in dict.fromkeys(d["shape"]):
+            sub = d[(d["shape"] == s) & d["delta_pct"].notna()]
+            if s in shown or not len(sub):
+                continue
+            parts = [f"{x.variant} ({x.switch}) {x.delta_pct:+.2f}% [{x.delta_low:+.1f}, {x.delta_high:+.1f}]"
+                     for x in sub.itertuples()]
+            out.append(f"Modelled steps at {s} (every rung modelled there): " + "; ".join(parts) + ".")
     r = tables.get("modelled_moe_ratios")
     if r is not None and len(r):
         parts = [f"{x.gemm} M={x.M}: {x.modelled_last_over_first:.3f}" +

@@ -92,6 +92,9 @@ MODEL_MAX_TOKENS = 16384
 #: The first and last rungs are modelled at the Kimi token counts up to :data:`MODEL_MAX_TOKENS` too.
 MODEL_SWEEP = tuple(tuple(s) for r in shapes.by_regime("moe", "kimi_sweep").values() for s in r
                     if int(s[0]) <= MODEL_MAX_TOKENS)
+#: Every rung is modelled at the largest prefill token count too (the ISA shapes' M=4096 gemm2 sits on the HBM
+#: floor in the model, so its step deltas are 0 there; at M=16384 they are not)
+MODEL_SWEEP_LADDER = tuple(s for s in MODEL_SWEEP if int(s[0]) == max(int(x[0]) for x in MODEL_SWEEP))
 
 
 def _model_sample(shape) -> int:
@@ -119,6 +122,7 @@ SPEC = engine.Spec(
     measured_table="ratio.parquet", label_column="gemm", slug=_slug, summary_prefix="moe_",
     summary_figures=("ladder_metrics", "leave_one_out", "published_ratios"),
     model_sample=_model_sample, model_timeline=-1, model_loo_regime="prefill", model_sweep=MODEL_SWEEP,
+    model_sweep_ladder=MODEL_SWEEP_LADDER,
     model_tables=modelled_section.ratio_tables, model_figures=("modelled_leave_one_out", "modelled_ratios"),
 )
 STUDY = engine.Study(SPEC)
