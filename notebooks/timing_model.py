@@ -102,7 +102,10 @@ micro_rows[["case", "modelled_cycles", "expected_cycles", "what"]]
 #   are caches over the real addresses: a chain over one line hits them after its first access, a
 #   chain that moves to a new line every access misses them. Beyond the vector L1 the model has one
 #   latency (`[vmem].latency_cycles`) for L2, MALL and HBM, so one modelled figure faces all three: this
-#   is where the model's memory latencies stand against the chip, not a fit.
+#   is where the model's memory latencies stand against the chip, not a fit;
+# * the per-CU streams (one wave of `ds_read_b128`, `ds_write_b128`, `buffer_load_dwordx4` hitting the vector
+#   L1) give the model's bytes per clock through each pipe, put at MT4G's listed 2.2 GHz (the clock during
+#   its run is not logged) beside MT4G's per-CU bandwidths on the same MI350P.
 #
 # `experiments/timing-hardware/README.md` lists the other published figures found (bandwidths, the
 # instruction cache, MFMA passes, sustained clocks), not yet scored here.

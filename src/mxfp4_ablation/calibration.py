@@ -25,9 +25,13 @@ One command does all of it (re-run it whenever the model changes)::
    (:func:`mxfp4_ablation.studies.speed.step_interval`).  A step is *resolved* when that interval
    excludes 0.
 
+5. **Mechanisms** (:func:`mechanism_table`): each mechanism of the model switched off in turn -- the
+   post-hoc ones (:data:`MECHANISMS`) re-evaluate the cached cycle results, the ones inside the cycle
+   simulation (:data:`CYCLE_MECHANISMS`) simulate the 12 fit points again with the switch flipped.
+
 ``--write`` stores the fitted values (with fit provenance) in ``gfx950.toml [power]`` and turns the
 power clock on, and writes ``experiments/reference/calibration.csv`` (the fit, the CV table, the
-validation rows and the uncertainty model).  Every number is *modelled* and carries the model version
+validation rows and the uncertainty model) and ``timing_mechanisms.csv`` (the mechanism table).  Every number is *modelled* and carries the model version
 and fingerprint it came from.
 """
 

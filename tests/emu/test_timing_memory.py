@@ -116,7 +116,7 @@ def _load_gaps(t):
 
 def test_a_load_hits_the_vector_l1_only_where_its_lines_were_loaded_before():
     """The second load of a line returns at the L1's latency; a store does not bring its line in, a load
-    with scope bits (sc0) goes past the L1, and the switch off gives every load the one latency."""
+    of device scope (sc1) goes past the L1, and the switch off gives every load the one latency."""
     p = Params()
     hit, miss = int(p.vmem_l1_hit_latency_cycles), int(p.vmem_latency_cycles)
     wait = ["s_waitcnt vmcnt(0)", "v_mov_b32_e32 v2, v1"]
@@ -124,7 +124,7 @@ def test_a_load_hits_the_vector_l1_only_where_its_lines_were_loaded_before():
     body = ([ld] + wait + [ld] + wait                                            # miss, hit
             + ["buffer_store_dword v1, v40, s[4:7], 0 offen offset:2048", "s_waitcnt vmcnt(0)"]
             + ["buffer_load_dword v1, v40, s[4:7], 0 offen offset:2048"] + wait  # stored, not loaded: miss
-            + [ld + " sc0"] + wait)                                              # scope bits: past the L1
+            + [ld + " sc1"] + wait)                                              # device scope: past the L1
     t = _one_wave(body)
     g = _load_gaps(t)
     # the store sits among the loads in the trace; keep the loads followed by their own wait

@@ -101,10 +101,10 @@ def analyse(prog, p) -> list:
             st.nbytes = _bytes_of(name.split("_e")[0])
             st.lds_dma = bool(d.pend and d.pend[3])
             st.store = "store" in name or ("atomic" in name and not d.vwrites)
-            # a plain load may hit the vector L1; stores and atomics go to L2, and a load with scope bits
-            # (sc0 / sc1: work-group scope and wider) misses it
+            # a load may hit the vector L1; stores and atomics go to L2, and so does a load whose scope
+            # reaches past the CU (gfx94x/gfx950 sc1: device or system scope; glc on the older encoding)
             m = ins.mods
-            st.l1 = "load" in name and "atomic" not in name and not (m.get("sc0") or m.get("sc1") or m.get("glc"))
+            st.l1 = "load" in name and "atomic" not in name and not (m.get("sc1") or m.get("glc"))
         elif d.cls == "smem":
             # bytes per address the handler checks: s_load one span, s_buffer_load one dword each
             n = {"dword": 1, "dwordx2": 2, "dwordx4": 4, "dwordx8": 8, "dwordx16": 16}.get(name.rsplit("_", 1)[-1], 1)

@@ -40,6 +40,12 @@ def _up(x, slot):
     return -(-x // slot) * slot
 
 
+def _overrides(p: Params) -> dict | None:
+    """The values of ``p`` that differ from the parameter file's (a launch's ``timing_params``)."""
+    base = Params().values
+    return {k: v for k, v in p.values.items() if v != base.get(k)} or None
+
+
 def cases(p: Params | None = None) -> list:
     """[(name, body lines, measure, expected, what)]: ``measure`` names how to read the timeline."""
     p = p or Params()
@@ -124,7 +130,7 @@ def run(p: Params | None = None) -> list:
     for name, body, what, expected, text in cases(p):
         prog = gfx950emu.load(kernel_text(body))
         res = gfx950emu.launch(prog, (1, 1, 1), (64, 1, 1), [buf], timing=True, timing_trace=True,
-                               timing_params={k: v for k, v in p.values.items() if v != Params().values.get(k)} or None)
+                               timing_params=_overrides(p))
         rows.append({"case": name, "modelled_cycles": measure(res, what), "expected_cycles": float(expected),
                      "what": text, "model_version": p.version, "label": "modelled"})
     return rows
@@ -185,7 +191,7 @@ def chase_rows(p: Params | None = None) -> list:
     import gfx950emu
 
     p = p or Params()
-    over = {k: v for k, v in p.values.items() if v != Params().values.get(k)} or None
+    over = _overrides(p)
     buf = np.zeros(1 << 20, dtype=np.uint8)
     rows = []
     for name, body, kind, what, levels in CHASES:
@@ -225,7 +231,7 @@ def bandwidth_rows(p: Params | None = None) -> list:
     import gfx950emu
 
     p = p or Params()
-    over = {k: v for k, v in p.values.items() if v != Params().values.get(k)} or None
+    over = _overrides(p)
     buf = np.zeros(1 << 20, dtype=np.uint8)
     lat = {"lds": int(p.lds_latency_cycles),
            "l1": int(p.vmem_l1_hit_latency_cycles if p.vmem_l1_cache else p.vmem_latency_cycles)}
@@ -265,7 +271,7 @@ def hardware_rows(p: Params | None = None) -> list:
     from gfx950emu.memory import LazyBuffer
 
     p = p or Params()
-    over = {k: v for k, v in p.values.items() if v != Params().values.get(k)} or None
+    over = _overrides(p)
     rows = []
     for case, what, hw, unit, source in HARDWARE:
         n_wg, wg_bytes = 2048, 256 * 1024
