@@ -113,13 +113,22 @@ def _flat(n: int, dtype):
 
 
 def flydsl_gemm_entry(checkout: str, M: int, N: int, K: int, digest: str = "", device_libs: str | None = None,
-                      device_libs_digest: str | None = None, **kw):
+                      device_libs_digest: str | None = None, flydsl_helpers: str | None = None, **kw):
     """FlyDSL's GEMM, called as that commit's own ``tests/kernels/test_fp4_gemm_4wave.py`` does:
     ``compile_fp4_gemm_4w(K=K, MN=(M, N))`` after PR #990, ``compile_fp4_gemm_4w(K=K,
-    mn_aligned=...)`` before it; A, B, C, A_scale, B_scale flattened, then M, N, stream."""
+    mn_aligned=...)`` before it; A, B, C, A_scale, B_scale flattened, then M, N, stream. A commit older
+    than FlyDSL PR #853/#880 imports ``flydsl.expr.buffer_ops``, which the pinned flydsl lacks: with
+    ``flydsl_helpers`` it is taken from that checkout (:func:`_flydsl_buffer_ops_shim`)."""
+    import importlib
+
     import torch
     import flydsl.expr as fx
 
+    if flydsl_helpers:
+        try:
+            importlib.import_module("flydsl.expr.buffer_ops")
+        except ImportError:
+            _flydsl_buffer_ops_shim(flydsl_helpers)
     mod = _import_from(checkout, "kernels.gemm.fp4_gemm_4wave")
     build = mod.compile_fp4_gemm_4w
     params = inspect.signature(build).parameters
@@ -477,14 +486,31 @@ def _cli_command(argv: list[str]) -> str:
 
 
 def compile_flydsl_gemms(checkout: Path, commit: str, out_root: Path, shapes=PR990_SHAPES,
-                         command: str = "") -> list[Path]:
-    """Compile FlyDSL's GEMM at every shape and write ``<out_root>/flydsl/<commit8>/M.._N.._K...s``."""
+                         command: str = "", flydsl_helpers: Path | None = None, note: str = "",
+                         keep_going: bool = False) -> list[Path]:
+    """Compile FlyDSL's GEMM at every shape and write ``<out_root>/flydsl/<commit8>/M.._N.._K...s``.
+    ``flydsl_helpers``: a FlyDSL checkout whose ``kernels/common/buffer_ops.py`` stands in for
+    ``flydsl.expr.buffer_ops`` where the pinned flydsl lacks it (used only then). With ``keep_going`` a
+    shape that does not compile is left out (its error in ``M.._N.._K...error.txt``) instead of raising."""
     root = _check_checkout(checkout, FLYDSL_GEMM_FILE, "FlyDSL")
     digest = tree_digest(root, FLYDSL_GEMM_DEPS)
+    extra = {}
+    if flydsl_helpers:
+        helpers = _check_checkout(flydsl_helpers, "kernels/common/buffer_ops.py", "FlyDSL (helpers)")
+        extra["flydsl_helpers"] = str(helpers)
+        digest = hashlib.sha256((digest + tree_digest(helpers, ("kernels/common",))).encode()).hexdigest()
     requests = [("mxfp4_ablation.upstream:flydsl_gemm_entry",
-                 {"checkout": str(root), "M": int(M), "N": int(N), "K": int(K), "digest": digest}) for M, N, K in shapes]
+                 {"checkout": str(root), "M": int(M), "N": int(N), "K": int(K), "digest": digest, **extra})
+                for M, N, K in shapes]
     written = []
-    for (M, N, K), art in zip(shapes, compile_upstream_many(requests)):
+    for (M, N, K), art in zip(shapes, compile_upstream_many(requests, keep_going=keep_going)):
+        base = out_root / "flydsl" / commit[:8] / f"M{M}_N{N}_K{K}"
+        if isinstance(art, Exception):
+            base.parent.mkdir(parents=True, exist_ok=True)
+            base.with_suffix(".error.txt").write_text(f"{art}\n")
+            print(f"error: flydsl {commit[:8]} M{M}_N{N}_K{K}: {str(art).splitlines()[0]}", file=sys.stderr)
+            continue
+        base.with_suffix(".error.txt").unlink(missing_ok=True)
         info = {"source": "flydsl", "commit": commit, "checkout": str(root), "file": FLYDSL_GEMM_FILE,
                 "shape": {"M": M, "N": N, "K": K},
                 "call": (f"compile_fp4_gemm_4w(K={K}, MN=({M}, {N}))" if _has_param(root, "MN")
@@ -492,8 +518,8 @@ def compile_flydsl_gemms(checkout: Path, commit: str, out_root: Path, shapes=PR9
                 "grid": [(M // 256) * (N // 256), 1, 1], "block": [256, 1, 1],
                 "args": named_args(art.isa, GEMM_ARG_NAMES),
                 "args_note": "tensors are passed flattened 1-D (as upstream's test does): layout = i32 element count",
-                "command": command}
-        written.append(write_isa(art, out_root / "flydsl" / commit[:8] / f"M{M}_N{N}_K{K}.s", info))
+                "command": command, "flydsl_helpers": extra.get("flydsl_helpers"), "note": note}
+        written.append(write_isa(art, base.with_suffix(".s"), info))
     return written
 
 
@@ -721,7 +747,8 @@ def main(argv: list[str] | None = None) -> int:
     co.add_argument("--aiter", type=Path, help="aiter checkout (has aiter/ops/flydsl/kernels/mxfp4_gemm1.py)")
     co.add_argument("--commit", required=True, help="the checkout's commit id (labels the output folder)")
     co.add_argument("--flydsl-helpers", type=Path,
-                    help="FlyDSL checkout whose kernels/common/buffer_ops.py stands in for flydsl.expr.buffer_ops")
+                    help="FlyDSL checkout whose kernels/common/buffer_ops.py stands in for flydsl.expr.buffer_ops "
+                         "(aiter's kernels; FlyDSL commits older than PR #853)")
     co.add_argument("--device-libs", type=Path,
                     help="ROCm device-library bitcode folder (amdgcn/bitcode) for kernels that call ocml/ockl")
     co.add_argument("--shape", action="append", type=_parse_shape, help="GEMM MxNxK (default: PR #990's four)")
@@ -749,7 +776,8 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("give --flydsl PATH or --aiter PATH")
             if args.flydsl:
                 for path in compile_flydsl_gemms(args.flydsl, args.commit, args.out,
-                                                 tuple(args.shape or PR990_SHAPES), _cli_command(argv)):
+                                                 tuple(args.shape or PR990_SHAPES), _cli_command(argv),
+                                                 flydsl_helpers=args.flydsl_helpers):
                     print(path)
             if args.aiter:
                 for path in compile_aiter_moes(args.aiter, args.commit, args.out, _cli_command(argv),
