@@ -34,6 +34,7 @@ from typing import Sequence
 
 from . import paths
 from .errors import UsageError
+from .upstream_sources import FLYDSL_COMMITS
 
 STEPS_CSV = "independent_steps.csv"
 CHECK_CSV = "independent_check.csv"
@@ -45,7 +46,7 @@ CHECK_COLUMNS = ["step", "before", "after", "flag", "published_before_tflops", "
 SHAPE = (8192, 8192, 8192)
 #: the FlyDSL checkout whose ``kernels/common/buffer_ops.py`` stands in for ``flydsl.expr.buffer_ops`` (the
 #: study's before-PR-#990 commit, which ``make upstream`` extracts anyway)
-HELPERS = "daee90e485e7e872c54a2ebd147228219f0b367e"
+HELPERS = FLYDSL_COMMITS[0]
 OLD_FILE = "kernels/fp4_gemm_4wave.py"
 
 

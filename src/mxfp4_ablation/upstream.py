@@ -394,9 +394,7 @@ def _moe_params(root: Path, stage: str, regime: str | None, shape: dict[str, Any
     helpers = params.pop("flydsl_helpers", None)
     digest = tree_digest(root, AITER_MOE_DEPS)
     if helpers:
-        helpers = str(_check_checkout(helpers, "kernels/common/buffer_ops.py", "FlyDSL (helpers)"))
-        params["flydsl_helpers"] = helpers
-        digest = hashlib.sha256((digest + tree_digest(Path(helpers), ("kernels/common",))).encode()).hexdigest()
+        params["flydsl_helpers"], digest = _with_helpers(digest, helpers)
     return {"checkout": str(root), "stage": stage, **params, "digest": digest}
 
 
@@ -485,6 +483,26 @@ def _cli_command(argv: list[str]) -> str:
     return "PYTHONPATH=src python -m mxfp4_ablation.upstream " + " ".join(words)
 
 
+def _record_failure(base: Path, art, text: str, what: str) -> bool:
+    """Whether the compile ``art`` failed: then its error goes to ``<base>.error.txt`` (and one line to
+    stderr); else a stale error file from an earlier run is removed."""
+    err = base.with_suffix(".error.txt")
+    if not isinstance(art, Exception):
+        err.unlink(missing_ok=True)
+        return False
+    base.parent.mkdir(parents=True, exist_ok=True)
+    err.write_text(text)
+    print(f"error: {what}: {str(art).splitlines()[0]}", file=sys.stderr)
+    return True
+
+
+def _with_helpers(digest: str, flydsl_helpers) -> tuple[str, str]:
+    """(the checked helpers checkout, ``digest`` extended by its ``kernels/common``) for
+    ``flydsl.expr.buffer_ops``'s stand-in (:func:`_flydsl_buffer_ops_shim`)."""
+    helpers = _check_checkout(flydsl_helpers, "kernels/common/buffer_ops.py", "FlyDSL (helpers)")
+    return str(helpers), hashlib.sha256((digest + tree_digest(helpers, ("kernels/common",))).encode()).hexdigest()
+
+
 def compile_flydsl_gemms(checkout: Path, commit: str, out_root: Path, shapes=PR990_SHAPES,
                          command: str = "", flydsl_helpers: Path | None = None, note: str = "",
                          keep_going: bool = False) -> list[Path]:
@@ -496,21 +514,15 @@ def compile_flydsl_gemms(checkout: Path, commit: str, out_root: Path, shapes=PR9
     digest = tree_digest(root, FLYDSL_GEMM_DEPS)
     extra = {}
     if flydsl_helpers:
-        helpers = _check_checkout(flydsl_helpers, "kernels/common/buffer_ops.py", "FlyDSL (helpers)")
-        extra["flydsl_helpers"] = str(helpers)
-        digest = hashlib.sha256((digest + tree_digest(helpers, ("kernels/common",))).encode()).hexdigest()
+        extra["flydsl_helpers"], digest = _with_helpers(digest, flydsl_helpers)
     requests = [("mxfp4_ablation.upstream:flydsl_gemm_entry",
                  {"checkout": str(root), "M": int(M), "N": int(N), "K": int(K), "digest": digest, **extra})
                 for M, N, K in shapes]
     written = []
     for (M, N, K), art in zip(shapes, compile_upstream_many(requests, keep_going=keep_going)):
         base = out_root / "flydsl" / commit[:8] / f"M{M}_N{N}_K{K}"
-        if isinstance(art, Exception):
-            base.parent.mkdir(parents=True, exist_ok=True)
-            base.with_suffix(".error.txt").write_text(f"{art}\n")
-            print(f"error: flydsl {commit[:8]} M{M}_N{N}_K{K}: {str(art).splitlines()[0]}", file=sys.stderr)
+        if _record_failure(base, art, f"{art}\n", f"flydsl {commit[:8]} M{M}_N{N}_K{K}"):
             continue
-        base.with_suffix(".error.txt").unlink(missing_ok=True)
         info = {"source": "flydsl", "commit": commit, "checkout": str(root), "file": FLYDSL_GEMM_FILE,
                 "shape": {"M": M, "N": N, "K": K},
                 "call": (f"compile_fp4_gemm_4w(K={K}, MN=({M}, {N}))" if _has_param(root, "MN")
@@ -566,12 +578,8 @@ def compile_aiter_moes(checkout: Path, commit: str, out_root: Path, command: str
     written = []
     for n, ((stage, regime), (_, params), art) in enumerate(zip(cases, requests, arts)):
         base = out_root / "aiter" / commit[:9] / f"{stage}_{regime}"
-        if isinstance(art, Exception):
-            base.parent.mkdir(parents=True, exist_ok=True)
-            base.with_suffix(".error.txt").write_text(f"{params}\n{art}\n")
-            print(f"error: aiter {commit[:9]} {stage} {regime}: {str(art).splitlines()[0]}", file=sys.stderr)
+        if _record_failure(base, art, f"{params}\n{art}\n", f"aiter {commit[:9]} {stage} {regime}"):
             continue
-        base.with_suffix(".error.txt").unlink(missing_ok=True)
         grid, rule = _moe_grid(params)
         names = GEMM1_ARG_NAMES if stage == "gemm1" else GEMM2_ARG_NAMES
         md = _metadata_args(art.isa)
