@@ -2,16 +2,17 @@
 
 While FlyDSL's ``fp4_gemm_4wave`` was written (the branch of PR #756, June-July 2026, and PR #990's
 first commit), most commit messages gave the kernel's TFLOPS on an MI355X at M = N = K = 8192. Those
-figures are the model's *independent check* (DEVELOPERS.md): never fitted, never used to tune a
-parameter or to choose a mechanism -- only reported. The steps are declared in
-``experiments/reference/independent_steps.csv`` (before / after commit, the published TFLOPS as the
-messages give them, which message, and a flag where a step is not one change measured one way).
+figures (and, from late June, at 16384^3 too) are the model's *independent check* (DEVELOPERS.md): never
+fitted, never used to tune a parameter or to choose a mechanism -- only reported. The steps are declared in
+``experiments/reference/independent_steps.csv`` (shape, before / after commit, the published TFLOPS as
+the messages give them, which message, and a flag where a step is not one change measured one way).
 
 For each commit this compiles the kernel offline with the pinned flydsl, as ``make upstream`` compiles
 daee90e4 and 741f3d6d (:mod:`mxfp4_ablation.upstream`; a commit older than the move of the file to
 ``kernels/gemm/`` on 2026-07-07 has it copied there, code unchanged, and one older than FlyDSL PR #853
-takes ``buffer_ops`` from FlyDSL daee90e4), models it at 8192^3 (:func:`mxfp4_ablation.modelled.flydsl_upstream`,
-one sampled workgroup) and sets each step's modelled speed-up beside the published one::
+takes ``buffer_ops`` from FlyDSL daee90e4), models it at the step's shape
+(:func:`mxfp4_ablation.modelled.flydsl_upstream`, one sampled workgroup) and sets each step's modelled
+speed-up beside the published one::
 
     PYTHONPATH=src python -m mxfp4_ablation.independent --flydsl-git <FlyDSL clone, mirror or URL> [--write]
 
@@ -38,12 +39,11 @@ from .upstream_sources import FLYDSL_COMMITS
 
 STEPS_CSV = "independent_steps.csv"
 CHECK_CSV = "independent_check.csv"
-STEP_COLUMNS = ["step", "before", "after", "published_before_tflops", "published_after_tflops", "source", "flag",
+STEP_COLUMNS = ["step", "shape", "before", "after", "published_before_tflops", "published_after_tflops", "source", "flag",
                 "flag_note"]
-CHECK_COLUMNS = ["step", "before", "after", "flag", "published_before_tflops", "published_after_tflops",
+CHECK_COLUMNS = ["step", "shape", "before", "after", "flag", "published_before_tflops", "published_after_tflops",
                  "published_speedup_pct", "modelled_before_tflops", "modelled_after_tflops", "modelled_speedup_pct",
-                 "error_pp", "label", "model_version", "model_fingerprint", "sample", "shape", "command"]
-SHAPE = (8192, 8192, 8192)
+                 "error_pp", "label", "model_version", "model_fingerprint", "sample", "command"]
 #: the FlyDSL checkout whose ``kernels/common/buffer_ops.py`` stands in for ``flydsl.expr.buffer_ops`` (the
 #: study's before-PR-#990 commit, which ``make upstream`` extracts anyway)
 HELPERS = FLYDSL_COMMITS[0]
@@ -71,38 +71,44 @@ def read_steps(path: str | Path | None = None) -> list[dict]:
                 raise UsageError(f"{path.name}: step {r['step']}: {k} {r[k]!r} is not a 40-hex commit id")
         try:
             pb, pa = float(r["published_before_tflops"]), float(r["published_after_tflops"])
+            shape = tuple(int(x) for x in r["shape"].split("x"))
         except ValueError:
-            raise UsageError(f"{path.name}: step {r['step']}: published figures must be numbers") from None
+            raise UsageError(f"{path.name}: step {r['step']}: published figures must be numbers and the shape "
+                             f"MxNxK") from None
+        if len(shape) != 3:
+            raise UsageError(f"{path.name}: step {r['step']}: shape {r['shape']!r} is not MxNxK")
         if pb <= 0 or pa <= 0 or not r["source"].strip():
             raise UsageError(f"{path.name}: step {r['step']}: needs positive figures and a source")
-        out.append({**r, "published_before_tflops": pb, "published_after_tflops": pa})
+        out.append({**r, "published_before_tflops": pb, "published_after_tflops": pa, "shape": shape})
     return out
 
 
-def step_rows(steps: list[dict], modelled: dict[str, float], *, fingerprint: str, version: str,
+def step_rows(steps: list[dict], modelled: dict[tuple, float], *, fingerprint: str, version: str,
               command: str, sample: int = 1) -> list[dict]:
     """One row per step: published and modelled speed-up (after / before - 1, %) and their difference (pp);
-    ``modelled``: {commit: modelled TFLOPS}. A step with a commit that has no modelled figure is left out."""
+    ``modelled``: {(commit, shape): modelled TFLOPS}. A step with a kernel that has no modelled figure is
+    left out."""
     rows = []
     for s in steps:
-        b, a = modelled.get(s["before"]), modelled.get(s["after"])
+        b, a = modelled.get((s["before"], s["shape"])), modelled.get((s["after"], s["shape"]))
         if b is None or a is None:
             continue
         pub = 100 * (s["published_after_tflops"] / s["published_before_tflops"] - 1)
         mod = 100 * (a / b - 1)
-        rows.append({"step": int(s["step"]), "before": s["before"][:8], "after": s["after"][:8], "flag": s["flag"],
+        rows.append({"step": int(s["step"]), "shape": "x".join(map(str, s["shape"])), "before": s["before"][:8], "after": s["after"][:8], "flag": s["flag"],
                      "published_before_tflops": s["published_before_tflops"],
                      "published_after_tflops": s["published_after_tflops"], "published_speedup_pct": round(pub, 3),
                      "modelled_before_tflops": round(b, 2), "modelled_after_tflops": round(a, 2),
                      "modelled_speedup_pct": round(mod, 3), "error_pp": round(mod - pub, 3), "label": "modelled",
                      "model_version": version, "model_fingerprint": fingerprint, "sample": sample,
-                     "shape": "x".join(map(str, SHAPE)), "command": command})
+                     "command": command})
     return rows
 
 
-def summary(rows: list[dict]) -> dict:
-    """Over the unflagged steps: n, mean / median / sd of the error (pp), mean |error|, the steps whose
+def summary(rows: list[dict], shape: str | None = None) -> dict:
+    """Over the unflagged steps (of one ``shape``, "MxNxK", or all): n, mean / median / sd of the error (pp), mean |error|, the steps whose
     published speed-up is not 0 and how many of them the model gives the same sign."""
+    rows = [r for r in rows if shape is None or r["shape"] == shape]
     errs = [float(r["error_pp"]) for r in rows if not r["flag"]]
     if not errs:
         return {"n": 0}
@@ -135,7 +141,7 @@ def table(path: str | Path | None = None):
     t = pd.DataFrame(read_check(path))
     for c in ("published_speedup_pct", "modelled_speedup_pct", "error_pp"):
         t[c] = t[c].astype(float)
-    return t[["step", "before", "after", "flag", "published_before_tflops", "published_after_tflops",
+    return t[["step", "shape", "before", "after", "flag", "published_before_tflops", "published_after_tflops",
               "published_speedup_pct", "modelled_speedup_pct", "error_pp"]]
 
 
@@ -177,26 +183,33 @@ def run(flydsl_git: str, *, root: Path | None = None, out: Path | None = None, w
     tflops, failed = {}, {}
     for c in commits:
         ck, note = prepare(git_dir, c, root)
-        s_file = out / "flydsl" / c[:8] / "M{}_N{}_K{}.s".format(*SHAPE)
-        if not s_file.is_file():
-            upstream.compile_flydsl_gemms(ck, c, out, (SHAPE,), cmd, flydsl_helpers=helpers, note=note, keep_going=True)
-        if not s_file.is_file():
-            failed[c] = (s_file.with_suffix(".error.txt").read_text().strip().splitlines() or ["?"])[-1][:200]
-            log(f"independent: {c[:8]} did not compile: {failed[c]}")
-            continue
-        r = modelled.flydsl_upstream(out, c[:8], *SHAPE, sample=1)
-        tflops[c] = float(r["kernel"]["tflops"])
-        log(f"independent: {c[:8]} {tflops[c]:.1f} TFLOPS (modelled)")
+        shapes = list(dict.fromkeys(s["shape"] for s in steps if c in (s["before"], s["after"])))
+        todo = [sh for sh in shapes if not (out / "flydsl" / c[:8] / "M{}_N{}_K{}.s".format(*sh)).is_file()]
+        if todo:
+            upstream.compile_flydsl_gemms(ck, c, out, tuple(todo), cmd, flydsl_helpers=helpers, note=note,
+                                          keep_going=True)
+        for sh in shapes:
+            s_file = out / "flydsl" / c[:8] / "M{}_N{}_K{}.s".format(*sh)
+            if not s_file.is_file():
+                failed[(c, sh)] = (s_file.with_suffix(".error.txt").read_text().strip().splitlines() or ["?"])[-1][:200]
+                log(f"independent: {c[:8]} at {sh} did not compile: {failed[(c, sh)]}")
+                continue
+            tflops[(c, sh)] = float(modelled.flydsl_upstream(out, c[:8], *sh, sample=1)["kernel"]["tflops"])
+            log(f"independent: {c[:8]} at {'x'.join(map(str, sh))}: {tflops[(c, sh)]:.1f} TFLOPS (modelled)")
     rows = step_rows(steps, tflops, fingerprint=modelled.model_fingerprint(), version=model_version(), command=cmd)
-    s = summary(rows)
     for r in rows:
-        log(f"  step {r['step']:2d} {r['before']} -> {r['after']}{' (' + r['flag'] + ')' if r['flag'] else ''}: "
+        flag = f" ({r['flag']})" if r["flag"] else ""
+        log(f"  step {r['step']:2d} {r['shape']} {r['before']} -> {r['after']}{flag}: "
             f"published {r['published_speedup_pct']:+7.2f} %  modelled {r['modelled_speedup_pct']:+7.2f} %  "
             f"error {r['error_pp']:+6.2f} pp")
-    if s["n"]:
-        log(f"unflagged steps: n={s['n']}, error mean {s['mean_pp']:+.2f} pp, median {s['median_pp']:+.2f} pp, sd "
-            f"{s['sd_pp']:.2f} pp, mean |error| {s['mean_abs_pp']:.2f} pp; same sign {s['same_sign']} of "
-            f"{s['signed']}; largest: step {s['worst_step']} ({s['worst_pp']:+.2f} pp)")
+    for sh in [None] + list(dict.fromkeys(r["shape"] for r in rows)):
+        s = summary(rows, sh)
+        if not s["n"]:
+            continue
+        log(f"unflagged steps ({sh or 'every shape'}): n={s['n']}, error mean {s['mean_pp']:+.2f} pp, median "
+            f"{s['median_pp']:+.2f} pp, sd {s['sd_pp']:.2f} pp, mean |error| {s['mean_abs_pp']:.2f} pp; same sign "
+            f"{s['same_sign']} of {s['signed']}; largest: step {s['worst_step']} ({s['worst_pp']:+.2f} pp)")
+    s = summary(rows)
     if write:
         from .calibration import write_csv
 
