@@ -157,12 +157,12 @@ def summary_plan(study) -> list[tuple[str, tuple]]:
     shapes = default_shapes(study)
     loo_at = [tuple(s) for r in study.spec.regimes if r.name == study.spec.model_loo_regime for s in r.device[:1]]
     sweep_at = [] if isa_only() else [tuple(s) for s in study.spec.model_sweep]
+    every = {tuple(s) for s in study.spec.model_sweep_ladder}
     points = []
     for fam in study.spec.families:
         ladder = study.ladder_names(fam)
         points += [(n, s) for s in shapes for n in ladder]
         points += [(n, s) for s in loo_at for n in study.leave_one_out_names(fam)]
-        every = {tuple(s) for s in study.spec.model_sweep_ladder}
         points += [(n, s) for s in sweep_at for n in (ladder if s in every else (ladder[0], ladder[-1]))]
     return list(dict.fromkeys(points))
 

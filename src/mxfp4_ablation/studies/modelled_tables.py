@@ -299,14 +299,14 @@ def findings(study: str, tables: dict, stats: dict, band: dict) -> list[str]:
         out.append(f"PR #990's impact order vs the modelled step deltas over its {o['n']} ranked switches we map: "
                    f"Spearman rho = {o['rho_step']:.2f} (leave-one-out losses, {o.get('n_loo', '?')} switches with a "
                    f"leave-one-out variant: {o['rho_loo']:.2f}).")
-    if d is not None and study == "moe":
-        # the step deltas at the shapes the README's ladder table does not show (every rung modelled there)
+    if d is not None:
+        # the step deltas at the sweep shapes that model every rung (Spec.model_sweep_ladder: MoE at M=16384),
+        # which the README's ladder tables do not show
         from . import get
 
-        shown = {shape_text(r.device[0]) for r in get(study).spec.regimes}
-        for s in dict.fromkeys(d["shape"]):
+        for s in dict.fromkeys(shape_text(x) for x in get(study).spec.model_sweep_ladder):
             sub = d[(d["shape"] == s) & d["delta_pct"].notna()]
-            if s in shown or not len(sub):
+            if not len(sub):
                 continue
             parts = [f"{x.variant} ({x.switch}) {x.delta_pct:+.2f}% [{x.delta_low:+.1f}, {x.delta_high:+.1f}]"
                      for x in sub.itertuples()]
