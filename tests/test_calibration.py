@@ -205,3 +205,10 @@ def test_a_cycle_mechanism_row_uses_the_points_simulated_again_with_its_override
     fixed = [r for r in mine if r["params"] == "fixed" and r["case"] == "after_990/before_990"]
     assert fixed and all(r["error"] < -0.5 for r in fixed)     # the after kernel got slower: its gain shrinks
     assert not [r for r in CAL.mechanism_table(rows, truth) if r["mechanism_off"] == key]
+
+
+def test_mechanism_summary_names_each_rows_setting():
+    """A row says the setting it ran with: off for the model's mechanisms, on for a what-if that is off."""
+    rows = set(CAL.mechanism_summary()["mechanism_off"])
+    assert {"none", "memory.queues=False", "power.enabled=False", "vmem.l1_cache=False",
+            "lds.dma_contends=True"} <= rows

@@ -600,7 +600,8 @@ def cv_table(table=None):
 
 def mechanism_summary(path: str | Path | None = None):
     """``experiments/reference/timing_mechanisms.csv`` (written by ``fit --write``) as one row per mechanism
-    switched off and parameter handling (fixed / refit): the after/before speed-up error (pp) at each of
+    setting (``switch=value``: off, or on for a what-if that is off in the model) and parameter handling
+    (fixed / refit): the after/before speed-up error (pp) at each of
     PR #990's shapes, the aiter-asm/after errors, the mean |TFLOPS error| (%) and the MoE validation
     ratios (modelled, the published value in the column name)."""
     import pandas as pd
@@ -609,6 +610,8 @@ def mechanism_summary(path: str | Path | None = None):
     if not path.is_file():
         raise UsageError(f"no mechanism table at {path}; run `{command_text()}`")
     t = pd.read_csv(path)
+    # the row's setting, not just the switch's name: "memory.queues=False", a what-if "lds.dma_contends=True"
+    t["mechanism_off"] = [m if pd.isna(v) else f"{m}={v}" for m, v in zip(t["mechanism_off"], t["value_off"])]
     is_gemm = t["case"].isin(["after_990/before_990", "aiter_asm/after_990"])
     gemm = t[is_gemm].copy()
     gemm["shape"] = gemm["M"].astype(int).astype(str) + "x" + gemm["N"].astype(str).str.replace(r"\.0$", "", regex=True) \
