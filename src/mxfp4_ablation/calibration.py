@@ -79,16 +79,24 @@ def command_text(upstream_out: str = "<upstream-out>") -> str:
 # ============================================================================ the declared points
 
 
-def read_points(path: str | Path | None = None) -> list[dict]:
-    """The rows of ``hardware_points.csv`` (checked: columns, roles, one source per row)."""
-    path = Path(path) if path is not None else paths.reference_dir() / POINTS_CSV
+def read_reference_csv(path: str | Path | None, name: str, columns: Sequence[str], missing_text: str) -> list[dict]:
+    """The rows of ``path`` (default ``experiments/reference/<name>``), with one clear error when the file is
+    missing (``missing_text`` + its path) or has no rows or lacks one of ``columns``."""
+    path = Path(path) if path is not None else paths.reference_dir() / name
     if not path.is_file():
-        raise UsageError(f"no hardware points at {path}")
+        raise UsageError(f"{missing_text} at {path}")
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    missing = [c for c in POINT_COLUMNS if rows and c not in rows[0]]
-    if missing:
-        raise UsageError(f"{path.name} lacks column(s) {', '.join(missing)}")
+    missing = [c for c in columns if rows and c not in rows[0]]
+    if missing or not rows:
+        raise UsageError(f"{path.name} lacks column(s) {', '.join(missing) or 'and rows'}")
+    return rows
+
+
+def read_points(path: str | Path | None = None) -> list[dict]:
+    """The rows of ``hardware_points.csv`` (checked: columns, roles, one source per row)."""
+    rows = read_reference_csv(path, POINTS_CSV, POINT_COLUMNS, "no hardware points")
+    path = Path(path) if path is not None else paths.reference_dir() / POINTS_CSV
     for r in rows:
         if r["role"] not in ("fit", "validate", "not_used"):
             raise UsageError(f"{path.name}: point {r['point']} has role {r['role']!r} (fit | validate | not_used)")

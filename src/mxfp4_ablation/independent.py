@@ -21,12 +21,12 @@ fingerprint and the command). Checkouts and compiled kernels go to ``upstream/in
 apart from ``upstream/out``, whose kernels ``upstream fingerprints`` reduces).
 Caveat the table carries: the June commits are compiled with flydsl 0.5.0 and a later ``buffer_ops``,
 not the FlyDSL their authors ran, so a step whose ISA differs from the measured one is a compile
-artefact, not a model error (b2c0e12f, which spills under 0.5.0 and not in its message, is left out).
+artefact, not a model error (b2c0e12f is left out: its message gives times, not TFLOPS, and its 0.5.0
+compile spills 196 bytes of scratch, which the message does not mention).
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import shutil
 import sys
@@ -56,14 +56,10 @@ def command_text(flydsl_git: str = "<FlyDSL git>") -> str:
 
 def read_steps(path: str | Path | None = None) -> list[dict]:
     """The declared steps (checked: columns, 40-hex commits, positive figures, a source per row)."""
+    from .calibration import read_reference_csv
+
+    rows = read_reference_csv(path, STEPS_CSV, STEP_COLUMNS, "no declared steps")
     path = Path(path) if path is not None else paths.reference_dir() / STEPS_CSV
-    if not path.is_file():
-        raise UsageError(f"no declared steps at {path}")
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    missing = [c for c in STEP_COLUMNS if rows and c not in rows[0]]
-    if missing or not rows:
-        raise UsageError(f"{path.name} lacks column(s) {', '.join(missing) or 'and rows'}")
     out = []
     for r in rows:
         for k in ("before", "after"):
@@ -127,11 +123,9 @@ def summary(rows: list[dict], shape: str | None = None) -> dict:
 
 def read_check(path: str | Path | None = None) -> list[dict]:
     """The committed check (``independent_check.csv``)."""
-    path = Path(path) if path is not None else paths.reference_dir() / CHECK_CSV
-    if not path.is_file():
-        raise UsageError(f"no independent check at {path}; run `{command_text()}`")
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    from .calibration import read_reference_csv
+
+    return read_reference_csv(path, CHECK_CSV, CHECK_COLUMNS, f"no independent check (run `{command_text()}`)")
 
 
 def table(path: str | Path | None = None):
