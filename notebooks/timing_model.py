@@ -263,7 +263,7 @@ calibration.plot_residuals()
 # fraction -- and `[power]` -- the power-limited clock, the per-round overhead) and re-evaluates PR #990's
 # 12 points and the MoE validation ratios from the cached cycle results: at the full model's fitted
 # parameters (`fixed`) and with them fitted again without the mechanism (`refit`). The mechanisms inside
-# the cycle simulation (`[vmem].l1_cache`, `[vmem].scalar_cache`, and the what-if `[lds].dma_contends`,
+# the cycle simulation (`[vmem].l1_cache`, `[vmem].l2_cache`, `[vmem].scalar_cache`, and the what-if `[lds].dma_contends`,
 # off in the model and switched *on* in its row) simulate the 12 points again with the switch flipped
 # (their rows have no MoE columns: the MoE points are not simulated again). Columns: the
 # after/before speed-up error per shape (modelled minus published, pp), the worst aiter-asm/after error,

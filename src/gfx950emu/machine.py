@@ -104,7 +104,7 @@ class Wave:
     """Architectural state of one wave64."""
 
     __slots__ = ("v", "s", "scc", "exec_mask", "exec_full", "active", "pc", "lds", "lds32",
-                 "mem", "hz", "id", "epoch", "counts", "done", "executed", "scratch",
+                 "mem", "hz", "id", "epoch", "counts", "done", "executed", "scratch", "private",
                  "defer", "land", "log", "at_barrier")
 
     def __init__(self, wid, lds, lds32, mem, ninstr):
@@ -125,6 +125,7 @@ class Wave:
         self.exec_full = True
         self.active = _ALL_ACTIVE
         self.scratch = _NO_SCRATCH
+        self.private = None     # (lanes, their byte offsets) of the last scratch access: the timing model's caches
         self.defer = False      # delivery "late"/"random": memory handlers leave their writes in self.land
         self.land = None
         self.log = None

@@ -814,6 +814,7 @@ def build_scratch(ins, ctx, name):
             a = a + w.v[ai][lanes].astype(np.int64)
         if si is not None:
             a = a + w.s[si]
+        w.private = (lanes, a)
         idx = a[:, None] + ar[None, :]
         if idx.size and (idx.min() < 0 or idx.max() >= w.scratch.shape[1]):
             raise ExecError(f"line {line}: scratch access at byte {int(idx.min())}..{int(idx.max())} is outside "

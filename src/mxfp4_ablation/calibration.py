@@ -377,6 +377,8 @@ MECHANISMS = (
 #: the override; cached like every timing run); the MoE validation rows are not simulated again
 CYCLE_MECHANISMS = (
     ("vmem.l1_cache", False, "vector L1 off: every vector load the one latency beyond it"),
+    ("vmem.l2_cache", False, "the CU's L2 share off: every access past the vector L1 the one latency beyond "
+     "it, scratch past both caches"),
     ("vmem.scalar_cache", False, "scalar L1 off: every s_load the miss latency"),
     ("lds.dma_contends", True, "what-if ON: LDS-DMA data written through the LDS pipe (no source gives the rate)"),
 )

@@ -75,26 +75,28 @@ def test_a_stream_reaches_at_most_the_sustained_hbm_share():
 
 
 def test_dependent_access_chains_stand_beside_the_published_gfx950_latencies():
-    """Chains over one line hit the vector / scalar L1 after their first access, chains that move to a new
-    line every access miss them; each stands beside the levels MT4G measured on a gfx950 MI350P (beyond the
-    vector L1 the model has one latency, so its one figure stands beside L2, MALL and HBM)."""
+    """Chains over one line hit the vector / scalar L1 after their first access, a chain over lines pushed out
+    of the vector L1 hits the CU's share of the L2, chains that move to a new line every access miss them;
+    each stands beside the levels MT4G measured on a gfx950 MI350P (beyond the CU's own lines the model has
+    one latency, so its one figure stands beside L2, MALL and HBM)."""
     p = Params()
     rows = micro.chase_rows(p)
     by = {r["case"]: r for r in rows}
-    assert [r["hardware"] for r in rows] == [112.0, 256.0, 444.0, 740.0, 48.0, 166.9, 48.0]
+    assert [r["hardware"] for r in rows] == [112.0, 256.0, 256.0, 444.0, 740.0, 48.0, 166.9, 48.0]
     assert all(r["source"].startswith(micro.MT4G_MI350P) and r["label"] == "modelled" for r in rows)
     slot = int(p.issue_cycles_per_issue_slot)
     expected = {c[0]: c[3] for c in micro.cases(p)}["vmcnt_round_trip"]
     assert {r["modelled"] for r in rows if r["case"].startswith("vmem_chase_new_lines")} == {expected}
     assert by["vmem_chase (vector L1 hit)"]["modelled"] == micro._up(4 + int(p.vmem_l1_hit_latency_cycles), slot) + slot
+    assert by["vmem_chase_l2 (L2 hit)"]["modelled"] == micro._up(4 + int(p.vmem_l2_hit_latency_cycles), slot) + slot
     assert by["smem_chase (scalar L1 hit)"]["modelled"] == micro._up(int(p.vmem_smem_hit_latency_cycles), slot) + slot
     miss = by["smem_chase_new_lines (scalar L1 miss, L2 hit)"]["modelled"]
     assert int(p.vmem_smem_latency_cycles) < miss <= int(p.vmem_smem_latency_cycles) + 3 * slot
     assert int(p.lds_latency_cycles) < by["lds_chase (LDS)"]["modelled"] <= int(p.lds_latency_cycles) + 2 * slot
     # the caches switched off: every chain costs the one latency of its path again
     off = {r["case"]: r["modelled"] for r in micro.chase_rows(Params(overrides={
-        "vmem.l1_cache": False, "vmem.scalar_cache": False}))}
-    assert off["vmem_chase (vector L1 hit)"] == expected
+        "vmem.l1_cache": False, "vmem.scalar_cache": False, "vmem.l2_cache": False}))}
+    assert off["vmem_chase (vector L1 hit)"] == off["vmem_chase_l2 (L2 hit)"] == expected
     assert off["smem_chase (scalar L1 hit)"] == micro._up(int(p.vmem_smem_latency_cycles), slot) + slot
     assert {r["case"] for r in micro.hardware_rows(p)} >= set(by)
 
@@ -115,10 +117,12 @@ def _load_gaps(t):
 
 
 def test_a_load_hits_the_vector_l1_only_where_its_lines_were_loaded_before():
-    """The second load of a line returns at the L1's latency; a store does not bring its line in, a load
-    of device scope (sc1) goes past the L1, and the switch off gives every load the one latency."""
+    """The second load of a line returns at the L1's latency; a store does not bring its line into the L1
+    (it does into the CU's L2 share: a load of it hits there), a load of device scope (sc1) goes past the L1
+    to the L2, where the first load brought its line, and the switches off give every load the one latency."""
     p = Params()
     hit, miss = int(p.vmem_l1_hit_latency_cycles), int(p.vmem_latency_cycles)
+    l2 = int(p.vmem_l2_hit_latency_cycles)
     wait = ["s_waitcnt vmcnt(0)", "v_mov_b32_e32 v2, v1"]
     ld = "buffer_load_dword v1, v40, s[4:7], 0 offen"
     body = ([ld] + wait + [ld] + wait                                            # miss, hit
@@ -129,9 +133,11 @@ def test_a_load_hits_the_vector_l1_only_where_its_lines_were_loaded_before():
     g = _load_gaps(t)
     # the store sits among the loads in the trace; keep the loads followed by their own wait
     g = [g[0], g[1], g[3], g[4]]
-    assert g[0] > miss and g[1] < hit + 16 and g[2] > miss and g[3] > miss
+    assert g[0] > miss and g[1] < hit + 16 and l2 < g[2] < l2 + 16 and l2 < g[3] < l2 + 16
     assert t["caches"]["vector_l1_loads"] == 3 and t["caches"]["vector_l1_hits"] == 1
-    off = _one_wave(body, {"vmem.l1_cache": False})
+    # past the L1: the first load's miss, the store, the stored line's load and the sc1 load; the last two hit
+    assert t["caches"]["l2_share_lookups"] == 4 and t["caches"]["l2_share_hits"] == 2
+    off = _one_wave(body, {"vmem.l1_cache": False, "vmem.l2_cache": False})
     assert min(_load_gaps(off)[k] for k in (0, 1, 3, 4)) > miss and off["caches"]["vector_l1_loads"] == 0
 
 
@@ -148,6 +154,35 @@ def test_the_vector_l1_keeps_the_most_recently_used_lines_it_has_room_for():
     assert t["caches"]["vector_l1_hits"] == 0        # the first 64 lines were evicted by the last sweep
     t2 = _one_wave(set_up + sweep[:3 * (lines // 64)] + again)
     assert t2["caches"]["vector_l1_hits"] == 1        # the same sweep that fits keeps them
+
+
+def test_scratch_goes_through_the_caches_at_its_swizzled_addresses():
+    """A spilled dword stored then reloaded: the store puts its lines (lane-interleaved: 64 lanes' dword
+    = 256 bytes = 2 lines) in the CU's L2 share, not the L1, so the first reload hits the L2 and the second
+    the L1; another workgroup's private segment shares none of those lines; the switch off gives model 0.4.0
+    (scratch past both caches)."""
+    p = Params()
+    hit, l2, miss = int(p.vmem_l1_hit_latency_cycles), int(p.vmem_l2_hit_latency_cycles), int(p.vmem_latency_cycles)
+    wait = ["s_waitcnt vmcnt(0)", "v_mov_b32_e32 v2, v1"]
+    body = (["scratch_store_dword off, v0, off offset:8", "s_waitcnt vmcnt(0)"]
+            + ["scratch_load_dword v1, off, off offset:8"] + wait + ["scratch_load_dword v1, off, off offset:8"] + wait)
+    text = micro.kernel_text(body).replace(".amdhsa_accum_offset",
+                                           ".amdhsa_private_segment_fixed_size 16\n\t\t.amdhsa_accum_offset")
+    prog = gfx950emu.load(text)
+    buf = np.zeros(1 << 12, dtype=np.uint8)
+
+    def run(params=None, grid=1, sample=1):
+        return gfx950emu.launch(prog, grid, 64, [buf], timing=True, timing_trace=True, timing_params=params,
+                                timing_sample=sample).timing
+    t = run()
+    g = _load_gaps(t)[1:]               # the store, then the two reloads
+    assert l2 < g[0] < l2 + 16 and hit < g[1] < hit + 16
+    assert t["caches"]["vector_l1_loads"] == 2 and t["caches"]["vector_l1_hits"] == 1
+    assert t["caches"]["l2_share_lookups"] == 2 and t["caches"]["l2_share_hits"] == 1
+    two = run(grid=512, sample=2)["caches"]     # two workgroups on the CU: each its own slab, its own counts
+    assert (two["l2_share_hits"], two["vector_l1_hits"]) == (2, 2)
+    off = run({"vmem.l2_cache": False})
+    assert min(_load_gaps(off)[1:]) > miss and off["caches"]["vector_l1_loads"] == 0
 
 
 def test_scalar_loads_hit_the_scalar_l1_after_their_line_was_loaded():
@@ -169,7 +204,7 @@ def test_lds_dma_data_takes_lds_pipe_time_only_with_its_switch_on():
         + ["s_waitcnt lgkmcnt(0)", "v_mov_b32_e32 v2, 0"]
     body = ["s_mov_b32 m0, 0x8000"] + dma + reads + ["s_waitcnt vmcnt(0)"]
     assert Params().lds_dma_contends is False
-    miss = {"vmem.l1_cache": False}      # every DMA's data arrives after the one latency beyond the L1
+    miss = {"vmem.l1_cache": False, "vmem.l2_cache": False}   # every DMA's data after the one latency beyond
     off, on = _one_wave(body, miss), _one_wave(body, {**miss, "lds.dma_contends": True})
     last = lambda t: max(e[4] for e in t["trace_events"] if e[6] == "valu")   # noqa: E731
     p = Params()

@@ -292,7 +292,8 @@ def summarise(prog, p, cu, nwaves) -> dict:
         "cu_cycles": int(total_span),
         "workgroups_simulated": len(cu.wg_records),
         "caches": {"vector_l1_loads": int(cu.l1_loads), "vector_l1_hits": int(cu.l1_hits),
-                   "scalar_loads": int(cu.sl1_loads), "scalar_hits": int(cu.sl1_hits)},
+                   "scalar_loads": int(cu.sl1_loads), "scalar_hits": int(cu.sl1_hits),
+                   "l2_share_lookups": int(cu.l2_lookups), "l2_share_hits": int(cu.l2_hits)},
     }
 
 

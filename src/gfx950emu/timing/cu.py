@@ -13,14 +13,17 @@ state as :func:`gfx950emu.launch`: real addresses, trip counts, EXEC) but in cyc
   back to back; VALU and other instructions issue in the MFMA's shadow;
 * CU-wide pipes: VMEM (address issue + L2->L1 bytes/clock, in-order return per wave; the latency
   of a load whose lines all hit the CU's vector L1 -- an LRU over the lines of the real addresses --
-  is the L1's, any other the one beyond it; ``buffer_load ... lds`` writes its data through the LDS
+  is the L1's; past the L1 the CU's share of its XCD's L2 holds the lines the CU itself touched
+  (loads, stores, scratch), so a re-read hits there; any other access takes the one latency beyond
+  (other CUs' lines in L2, MALL, HBM); ``buffer_load ... lds`` writes its data through the LDS
   pipe when it arrives), LDS (bank conflicts from the real lane addresses: per phase the busiest
   bank's count of distinct dwords), SMEM (scalar L1 hit or miss from the real address, LRU);
 * ``s_waitcnt`` stalls until the counters allow, ``s_barrier`` joins the workgroup's waves,
   ``s_nop N`` costs N+1 wait states, ``s_sleep``, taken branches a refill penalty.
 
 Left out: instruction fetch / I-cache (the GEMM hot loops fit in the I-cache), power and clock
-throttling (:mod:`.power`, applied after), L2 / MALL hits (one latency beyond the vector L1), TLB,
+throttling (:mod:`.power`, applied after), hits on lines other CUs brought into L2 or MALL (one
+latency beyond the CU's own lines), TLB,
 export/GDS, VALU register-bank conflicts, dual-issue of packed FP32.
 """
 from __future__ import annotations
@@ -58,7 +61,7 @@ class Static:
 
     __slots__ = ("kind", "itype", "passes", "flops", "ab", "c", "dst", "vreads", "wait", "nop_cycles",
                  "nbytes", "lds_dma", "store", "ds_addr", "ds_offs", "ds_write", "is_cond_branch", "line",
-                 "opcode", "prio", "l1")
+                 "opcode", "prio", "l1", "scratch")
 
 
 def analyse(prog, p) -> list:
@@ -80,7 +83,7 @@ def analyse(prog, p) -> list:
         st.ds_addr = None
         st.ds_offs = (0,)
         st.prio = None
-        st.l1 = False
+        st.l1 = st.scratch = False
         name = d.opcode
         if d.cls == "mfma":
             _mfma_static(st, ins, prog, p)
@@ -105,6 +108,7 @@ def analyse(prog, p) -> list:
             # reaches past the CU (gfx94x/gfx950 sc1: device or system scope; glc on the older encoding)
             m = ins.mods
             st.l1 = "load" in name and "atomic" not in name and not (m.get("sc1") or m.get("glc"))
+            st.scratch = name.startswith("scratch_")
         elif d.cls == "smem":
             # bytes per address the handler checks: s_load one span, s_buffer_load one dword each
             n = {"dword": 1, "dwordx2": 2, "dwordx4": 4, "dwordx8": 8, "dwordx16": 16}.get(name.rsplit("_", 1)[-1], 1)
@@ -273,11 +277,13 @@ class CU:
         self.l1 = {} if params.vmem_l1_cache and probe is not None else None
         self.l1_line = int(params.device_cache_line_bytes)
         self.l1_cap = int(params.device_l1_bytes_per_cu) // self.l1_line
+        self.l2 = {} if params.vmem_l2_cache and probe is not None else None
+        self.l2_cap = int(params.device_l2_bytes_per_xcd) // int(params.device_cus_per_xcd) // self.l1_line
         self.sl1 = {} if params.vmem_scalar_cache and probe is not None else None
         self.sl1_line = int(params.vmem_scalar_line_bytes)
         self.sl1_cap = int(params.device_scalar_l1_bytes) // self.sl1_line
         self.dma_contends = bool(params.lds_dma_contends)
-        self.l1_hits = self.l1_loads = self.sl1_hits = self.sl1_loads = 0
+        self.l1_hits = self.l1_loads = self.sl1_hits = self.sl1_loads = self.l2_hits = self.l2_lookups = 0
 
     # ------------------------------------------------------------------ run ----
     def run(self, wgs):
@@ -421,6 +427,9 @@ class CU:
             if self.probe is not None:
                 offs = self.probe.take_offsets()
                 self.vmem_events[3].append(self.probe.take_region())
+                if st.scratch:      # the private segment's addresses; before model 0.5.0 none (no caches)
+                    offs = self._private_addresses(tw, st)
+                    offs = offs if self.l2 is not None else None
             self._issue_vmem(tw, st, i, t, offs)
         elif kind == "smem":
             offs = self.probe.take_offsets() if self.probe is not None else None
@@ -531,6 +540,24 @@ class CU:
             del cache[next(iter(cache))]
         return hit
 
+    @staticmethod
+    def _private_addresses(tw, st):
+        """Addresses, for the caches, of the scratch access the wave's handler just made: the private
+        segment is swizzled per wave (AMDGPUUsage: element size 4, index stride 64), so lane ``l``'s dword
+        ``d`` lies at ``d * 256 + l * 4`` of the wave's slab; slabs are negative so no heap line aliases them.
+        One offset per dword (look them up as 4-byte accesses); None when no lane was active."""
+        w = tw.w
+        if w.private is None:
+            return None
+        lanes, a = w.private
+        w.private = None
+        if not lanes.size:
+            return None
+        base = -((1 + tw.wgi * 64 + w.id) << 36)
+        dw = a // 4
+        per = np.arange(max(1, st.nbytes // 4), dtype=np.int64)
+        return (base + (dw[:, None] + per[None, :]) * 256 + (lanes.astype(np.int64) * 4)[:, None]).ravel()
+
     def _issue_vmem(self, tw, st, i, t, offs=None):
         p = self.p
         w = tw.w
@@ -546,11 +573,24 @@ class CU:
         self.vmem_free = start + max(int(p.vmem_issue_cycles), data)
         _enqueue(self.vmem_q, start, t)
         latency = int(p.vmem_latency_cycles)
-        if self.l1 is not None and st.l1 and offs is not None and offs.size:
-            self.l1_loads += 1
-            if self._lookup(self.l1, self.l1_line, self.l1_cap, offs, st.nbytes):
-                self.l1_hits += 1
-                latency = int(p.vmem_l1_hit_latency_cycles)
+        if offs is not None and offs.size:
+            nb = 4 if st.scratch else st.nbytes
+            hit = False
+            if self.l1 is not None and st.l1:
+                self.l1_loads += 1
+                hit = self._lookup(self.l1, self.l1_line, self.l1_cap, offs, nb)
+                if hit:
+                    self.l1_hits += 1
+                    latency = int(p.vmem_l1_hit_latency_cycles)
+            # past the L1 (a miss, a store, an atomic, an sc1 load): the CU's share of its XCD's L2 holds
+            # the lines it touched (the L2 is write-back: a store allocates); a returning access whose lines
+            # all hit there takes the L2's latency, a store's acknowledgement keeps the one beyond the L1
+            if not hit and self.l2 is not None:
+                self.l2_lookups += 1
+                if self._lookup(self.l2, self.l1_line, self.l2_cap, offs, nb):
+                    self.l2_hits += 1
+                    if not st.store:
+                        latency = int(p.vmem_l2_hit_latency_cycles)
         done = start + data + latency
         if st.lds_dma:
             wcyc = -(-nbytes // int(p.lds_dma_write_bytes_per_clock))

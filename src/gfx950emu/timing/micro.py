@@ -155,19 +155,28 @@ MT4G_MI350P = ("[MT4G-MI350P] caps-tum/mt4g sample_results/AMD_Instinct_MI350P.j
 
 #: dependent-access micro-kernels scored against :data:`MT4G_MI350P`: (case, body, trace kind, what the chain
 #: is, [(the hardware level, its published p50 in cycles, the JSON entry)]). The model's caches look at the
-#: addresses: a chain over one line hits the vector / scalar L1 after its first access, a chain that moves
-#: to a new line every access misses them; beyond the vector L1 the model has one latency
-#: ([vmem].latency_cycles) for L2, MALL and HBM, so one modelled figure stands beside each of those levels.
+#: addresses: a chain over one line hits the vector / scalar L1 after its first access; a chain over lines
+#: the wave touched before, pushed out of the vector L1 but not out of the CU's share of the L2, hits the L2;
+#: a chain that moves to a new line every access misses them all and takes the one latency beyond
+#: ([vmem].latency_cycles), so one modelled figure stands beside each of L2 (another CU's line), MALL and HBM.
 CHASES = (
     ("vmem_chase", ["v_mov_b32_e32 v1, 0"] + ["buffer_load_dword v1, v1, s[4:7], 0 offen", "s_waitcnt vmcnt(0)"] * N,
      "vmem", "buffer_load_dword whose address is the previous load's result (one line), each followed by "
      "s_waitcnt vmcnt(0): cycles from one load's issue to the next's",
      (("vector L1 hit", 112.0, "memory.l1.latency.p50"),)),
+    ("vmem_chase_l2", ["v_lshlrev_b32_e32 v42, 7, v0"]
+     + [x for _ in range(6) for x in ("buffer_load_dword v43, v42, s[4:7], 0 offen", "v_add_u32_e32 v42, 0x2000, v42")]
+     + ["s_waitcnt vmcnt(0)", "v_mov_b32_e32 v1, 0"] + [x for j in range(N) for x in (
+        f"buffer_load_dword v1, v1, s[4:7], 0 offen offset:{128 * j}", "s_waitcnt vmcnt(0)")],
+     "vmem", "six loads touch 48 KiB (one 128-byte line per lane; more than the 32 KiB vector L1), then "
+     "buffer_load_dword whose address is the previous load's result plus the next of the first 32 lines, each "
+     "followed by s_waitcnt vmcnt(0): cycles from one load's issue to the next's",
+     (("L2 hit", 256.0, "memory.l2.latency.p50"),)),
     ("vmem_chase_new_lines", ["v_mov_b32_e32 v1, 0"] + [x for j in range(N) for x in (
         f"buffer_load_dword v1, v1, s[4:7], 0 offen offset:{128 * j}", "s_waitcnt vmcnt(0)")],
      "vmem", "buffer_load_dword whose address is the previous load's result plus a new 128-byte line each time, "
      "each followed by s_waitcnt vmcnt(0): cycles from one load's issue to the next's",
-     (("L2 hit", 256.0, "memory.l2.latency.p50"), ("MALL (Infinity Cache) hit", 444.0, "memory.l3.latency.p50"),
+     (("L2 hit, a line another CU brought in", 256.0, "memory.l2.latency.p50"), ("MALL (Infinity Cache) hit", 444.0, "memory.l3.latency.p50"),
       ("HBM", 740.0, "memory.main.latency.p50"))),
     ("smem_chase", ["s_mov_b32 s10, 0"] + ["s_load_dword s10, s[4:5], s10", "s_waitcnt lgkmcnt(0)"] * N,
      "smem", "s_load_dword whose offset is the previous load's result (one line), each followed by "
