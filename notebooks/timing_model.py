@@ -100,9 +100,11 @@ micro_rows[["case", "modelled_cycles", "expected_cycles", "what"]]
 #   the previous one's result, each waited for) stand beside MT4G's pointer-chase latencies measured on a
 #   gfx950 MI350P, one row per level the chip distinguishes. Since model 0.4.0 the vector and scalar L1
 #   are caches over the real addresses: a chain over one line hits them after its first access, a
-#   chain that moves to a new line every access misses them. Beyond the vector L1 the model has one
-#   latency (`[vmem].latency_cycles`) for L2, MALL and HBM, so one modelled figure faces all three: this
-#   is where the model's memory latencies stand against the chip, not a fit;
+#   chain that moves to a new line every access misses them. Since 0.5.0 the CU's share of its XCD's L2
+#   holds the lines the CU itself touched: a chain over lines pushed out of the vector L1 hits there.
+#   Beyond the CU's own lines the model has one latency (`[vmem].latency_cycles`) for L2 (a line another
+#   CU brought in), MALL and HBM, so one modelled figure faces all three: this is where the model's
+#   memory latencies stand against the chip, not a fit;
 # * the per-CU streams (one wave of `ds_read_b128`, `ds_write_b128`, `buffer_load_dwordx4` hitting the vector
 #   L1) give the model's bytes per clock through each pipe, put at MT4G's listed 2.2 GHz (the clock during
 #   its run is not logged) beside MT4G's per-CU bandwidths on the same MI350P.
