@@ -543,8 +543,9 @@ class CU:
     @staticmethod
     def _private_addresses(tw, st):
         """Addresses, for the caches, of the scratch access the wave's handler just made: the private
-        segment is swizzled per wave (AMDGPUUsage: element size 4, index stride 64), so lane ``l``'s dword
-        ``d`` lies at ``d * 256 + l * 4`` of the wave's slab; slabs are negative so no heap line aliases them.
+        segment interleaves the wave's lanes by dword (AMDGPUUsage "Memory Spaces": wavefront-scratch-base +
+        private-address * wavefront-size * 4 + lane-id * 4), so lane ``l``'s dword ``d`` lies at
+        ``d * 256 + l * 4`` of the wave's slab; slabs are negative so no heap line aliases them.
         One offset per dword (look them up as 4-byte accesses); None when no lane was active."""
         w = tw.w
         if w.private is None:
