@@ -35,7 +35,8 @@ runs any ``.s`` file.
   LDS / VMEM bytes, VALU instructions); ``kernel["power"]`` says the clock it gave when ``[power]``
   is enabled;
 * ``caches`` -- vector loads that looked their lines up in the CU's vector L1 and how many hit (all
-  their lines), the same for scalar loads in the scalar L1 (``[vmem].l1_cache`` / ``scalar_cache``);
+  their lines), the same for scalar loads in the scalar L1, and for the accesses past the vector L1
+  in the CU's share of the L2 (``l2_share_*``; ``[vmem].l1_cache`` / ``scalar_cache`` / ``l2_cache``);
 * ``sampled_workgroups``, ``workgroups_simulated``, ``occupancy_workgroups_per_cu``, ``grid_workgroups``,
   ``lds_conflict_cycles``, ``cu_cycles``, ``label`` ("modelled"), ``model_version``, ``clock_ghz``;
 * ``trace_events`` (only with ``timing_trace=True``): [workgroup, wave, simd, instruction, issue, end, kind]

@@ -427,9 +427,8 @@ class CU:
             if self.probe is not None:
                 offs = self.probe.take_offsets()
                 self.vmem_events[3].append(self.probe.take_region())
-                if st.scratch:      # the private segment's addresses; before model 0.5.0 none (no caches)
-                    offs = self._private_addresses(tw, st)
-                    offs = offs if self.l2 is not None else None
+                if st.scratch:      # the private segment's addresses; with [vmem].l2_cache off none (0.4.0)
+                    offs = self._private_addresses(tw, st) if self.l2 is not None else None
             self._issue_vmem(tw, st, i, t, offs)
         elif kind == "smem":
             offs = self.probe.take_offsets() if self.probe is not None else None

@@ -176,8 +176,8 @@ CHASES = (
         f"buffer_load_dword v1, v1, s[4:7], 0 offen offset:{128 * j}", "s_waitcnt vmcnt(0)")],
      "vmem", "buffer_load_dword whose address is the previous load's result plus a new 128-byte line each time, "
      "each followed by s_waitcnt vmcnt(0): cycles from one load's issue to the next's",
-     (("L2 hit, a line another CU brought in", 256.0, "memory.l2.latency.p50"), ("MALL (Infinity Cache) hit", 444.0, "memory.l3.latency.p50"),
-      ("HBM", 740.0, "memory.main.latency.p50"))),
+     (("L2 hit, a line another CU brought in", 256.0, "memory.l2.latency.p50"),
+      ("MALL (Infinity Cache) hit", 444.0, "memory.l3.latency.p50"), ("HBM", 740.0, "memory.main.latency.p50"))),
     ("smem_chase", ["s_mov_b32 s10, 0"] + ["s_load_dword s10, s[4:5], s10", "s_waitcnt lgkmcnt(0)"] * N,
      "smem", "s_load_dword whose offset is the previous load's result (one line), each followed by "
      "s_waitcnt lgkmcnt(0): cycles from one load's issue to the next's",
