@@ -367,6 +367,8 @@ def uncertainty(residuals_pp: Sequence[float], *, level: float = LEVEL, n_boot: 
 #: re-evaluates cached cycle results, see :func:`mechanism_table`)
 MECHANISMS = (
     ("memory.queues", False, "bandwidth shares off: the CU's own L2 path only"),
+    ("memory.loaded_latency", False, "no loaded latency: each queue only adds its overhang past its last request"),
+    ("memory.mall_writes", False, "every write at the MALL's rate, every written byte in the HBM floor"),
     ("memory.touched_floor", False, "HBM floor over whole touched buffers"),
     ("memory.hbm_sustained_fraction", 1.0, "HBM at its 8 TB/s peak"),
     ("power.enabled", False, "constant clock ([clock].sustained_ghz)"),

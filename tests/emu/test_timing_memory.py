@@ -36,6 +36,61 @@ def test_a_store_burst_waits_for_the_cus_share_a_trickle_does_not():
     assert memory.cu_cycles(_rec(burst, 100 * 128), 2.4, p) > cyc
 
 
+def _replay_rec(read, slack, sim=20000, write=None, wslack=None, written=0):
+    n = len(read)
+    return {"bin_cycles": 128, "read_bytes": read, "write_bytes": write or [0] * n, "read_slack": slack,
+            "write_slack": wslack or [-1] * n, "last_read": 0, "last_write": 0, "sim_cycles": sim,
+            "compulsory_bytes": sum(read), "written_bytes": written, "miss_share": {}, "cus_with_work": 256,
+            "concurrency": 1.0}
+
+
+def test_a_late_load_that_a_wave_waits_for_stalls_the_cu_and_what_follows():
+    p = Params()
+    hbm, mall = memory.rates(_replay_rec([0], [-1]), 1.5, p)
+    n = 64 * 1024
+    late = n / hbm - 128                                     # served past the end of its bin
+    # waited for at once (slack 0): the CU stalls by the lateness; the second burst issues that much later
+    two = [n] + [0] * 99 + [n] + [0] * 50
+    waited = memory.replay_cycles(_replay_rec(two, [0] + [-1] * 99 + [0] + [-1] * 50), hbm, mall, p)
+    assert waited == pytest.approx(20000 + 2 * late, rel=1e-9)
+    # slack covers part of it: only the rest stalls
+    part = memory.replay_cycles(_replay_rec(two, [1000] + [-1] * 99 + [1000] + [-1] * 50), hbm, mall, p)
+    assert part == pytest.approx(20000 + 2 * (late - 1000), rel=1e-9)
+    # nobody waited for them: the CU runs on; the span ends when the queue has served them
+    free = memory.replay_cycles(_replay_rec(two, [-1] * 151), hbm, mall, p)
+    assert free == pytest.approx(20000)
+    # cu_cycles takes the replay with [memory].loaded_latency on, the 0.5.0 overhang with it off
+    rec = dict(_replay_rec(two, [0] + [-1] * 99 + [0] + [-1] * 50), last_read=100 * 128)
+    assert memory.cu_cycles(rec, 1.5, p) == pytest.approx(waited)
+    off = Params(overrides={"memory.loaded_latency": False})    # only the last burst's overhang counts
+    assert memory.cu_cycles(rec, 1.5, off) == pytest.approx(20000 + late, rel=1e-9)
+
+
+def test_the_mall_holds_its_size_of_the_written_lines_the_rest_goes_to_hbm():
+    p = Params()
+    mall_bytes = p.device_mall_bytes
+    small = _replay_rec([0], [-1], written=mall_bytes // 2)
+    big = _replay_rec([0], [-1], written=4 * mall_bytes)
+    assert memory.spill_share(small, p) == 0.0 and memory.spill_share(big, p) == pytest.approx(0.75)
+    assert memory.spill_share(big, Params(overrides={"memory.mall_writes": False})) == 0.0
+    # a written burst waited for at the end: at the HBM share when spilled, at the MALL's when held
+    hbm, mall = memory.rates(small, 1.5, p)
+    n = 256 * 1024
+    w = [0] * 10 + [n] + [0] * 5
+    ws = [-1] * 10 + [0] + [-1] * 5
+    held = memory.replay_cycles(_replay_rec([0] * 16, [-1] * 16, sim=2000, write=w, wslack=ws,
+                                            written=mall_bytes // 2), hbm, mall, p)
+    spilled = memory.replay_cycles(_replay_rec([0] * 16, [-1] * 16, sim=2000, write=w, wslack=ws,
+                                               written=4 * mall_bytes), hbm, mall, p)
+    assert held == pytest.approx(2000 + n / mall - 128, rel=1e-9)
+    assert spilled == pytest.approx(2000 + max(n / 4 / mall, 0.75 * n / hbm) - 128, rel=1e-9)
+    # the chip's floor counts the written bytes the MALL does not hold at the end
+    kern = {"compute_cycles": 1000.0, "round_scale": 1.0, "bytes_buffers": 10 * mall_bytes, "bytes_l2": 10 * mall_bytes,
+            "launch_us": 0.0, "memory": dict(big, compulsory_bytes=5 * mall_bytes)}
+    assert grid.times(kern, 1.5, p)["bytes_hbm"] == 5 * mall_bytes - mall_bytes
+    assert grid.times(kern, 1.5, Params(overrides={"memory.mall_writes": False}))["bytes_hbm"] == 5 * mall_bytes
+
+
 def _broadcast_read(buf_bytes, sample):
     """Every workgroup of a 1024-workgroup grid reads the same 256 bytes (one buffer_load_dword)."""
     prog = gfx950emu.load(micro.kernel_text(["buffer_load_dword v1, v40, s[4:7], 0 offen", "s_waitcnt vmcnt(0)"]))
@@ -53,6 +108,14 @@ def test_miss_share_counts_lines_shared_in_the_sample_and_caps_at_the_buffer():
     assert k["memory"]["compulsory_bytes"] == 256
     assert k["memory"]["miss_share"]["arg0"] == pytest.approx(1 / 1024, rel=1e-2)   # shown to 5 decimals
     assert k["bytes_hbm"] == 256
+
+
+def test_a_load_waited_for_at_once_leaves_no_slack_one_never_waited_for_none():
+    k = _broadcast_read(1 << 20, 1)
+    rec = k["memory"]
+    i = next(j for j, b in enumerate(rec["read_bytes"]) if b)
+    assert rec["read_slack"][i] == 0          # s_waitcnt vmcnt(0) right after the load
+    assert all(s == -1 for j, s in enumerate(rec["read_slack"]) if not rec["read_bytes"][j])
 
 
 def test_the_switches_give_back_the_simple_model():

@@ -18,7 +18,8 @@ state as :func:`gfx950emu.launch`: real addresses, trip counts, EXEC) but in cyc
   (other CUs' lines in L2, MALL, HBM); ``buffer_load ... lds`` writes its data through the LDS
   pipe when it arrives), LDS (bank conflicts from the real lane addresses: per phase the busiest
   bank's count of distinct dwords), SMEM (scalar L1 hit or miss from the real address, LRU);
-* ``s_waitcnt`` stalls until the counters allow, ``s_barrier`` joins the workgroup's waves,
+* ``s_waitcnt`` stalls until the counters allow (per VMEM op the cycle a wave first waited for it is
+  kept, for the loaded latency of :mod:`.memory`), ``s_barrier`` joins the workgroup's waves,
   ``s_nop N`` costs N+1 wait states, ``s_sleep``, taken branches a refill penalty.
 
 Left out: instruction fetch / I-cache (the GEMM hot loops fit in the I-cache), power and clock
@@ -224,7 +225,7 @@ def _lds_cycles(addr_lanes: np.ndarray, nbytes: int, banks: int, bytes_per_clock
 class TWave:
     __slots__ = ("w", "wg", "simd", "age", "prio", "ready", "vm", "lgkm", "lgkm_smem", "mready", "mready_c",
                  "segs", "start", "end", "blocked", "issue_log", "stall_log", "last_mfma_end", "arrive",
-                 "hot_marks", "wgi", "slot")
+                 "hot_marks", "wgi", "slot", "vme")
 
     def __init__(self, w, wg, wgi, simd, age, start):
         self.w, self.wg, self.wgi, self.simd, self.age = w, wg, wgi, simd, age
@@ -233,6 +234,7 @@ class TWave:
         self.start = start
         self.end = None
         self.vm = []            # completion cycles, issue order (monotone)
+        self.vme = []           # the CU's VMEM event index of each entry of vm
         self.lgkm = []          # completion cycles of DS + SMEM ops
         self.mready = {}        # reg -> cycle its MFMA result may be read by VALU/VMEM/LDS/MFMA-A/B
         self.mready_c = {}      # reg -> (cycle a partially overlapping SrcC may read, exact-chain cycle, dst set)
@@ -266,6 +268,8 @@ class CU:
         self.mfma_flops = 0
         self.vmem_bytes = 0
         self.vmem_events = ([], [], [], [])  # per VMEM op: issue cycle, bytes, store?, buffer (region index)
+        self.vmem_done = []                 # per VMEM op: the cycle its data (or acknowledgement) returned
+        self.vmem_need = []                 # per VMEM op: first cycle a wave waited for it (s_waitcnt, end), -1 never
         self.lines = set()
         self.lds_conflict_cycles = 0
         self.budget = 50_000_000
@@ -362,6 +366,11 @@ class CU:
         need, reason = t, None
         if kind == "waitcnt":
             vm, lgkm = st.wait
+            if len(tw.vm) > vm:             # the ops this s_waitcnt waits for are needed from t on
+                nd = self.vmem_need
+                for k in tw.vme[:len(tw.vm) - vm]:
+                    if nd[k] < 0:
+                        nd[k] = t
             e = _wait_until(tw.vm, vm, t)
             if e > need:
                 need, reason = e, "vmcnt"
@@ -411,7 +420,7 @@ class CU:
             self._issue_lds(tw, st, t)
         elif kind == "waitcnt":
             vm, lgkm = st.wait
-            _retire(tw.vm, vm, t)
+            _retire_vm(tw, t)
             _retire(tw.lgkm, lgkm, t)
         elif kind == "barrier":
             pass
@@ -600,8 +609,11 @@ class CU:
         if tw.vm and tw.vm[-1] > done:
             done = tw.vm[-1]
         if len(tw.vm) > 64:
-            _retire(tw.vm, 0, t)
+            _retire_vm(tw, t)
         tw.vm.append(done)
+        tw.vme.append(len(ev[0]) - 1)
+        self.vmem_done.append(done)
+        self.vmem_need.append(-1)
 
     def _issue_lds(self, tw, st, t):
         p = self.p
@@ -651,6 +663,10 @@ class CU:
     def _end_wave(self, tw, t):
         # outstanding memory drains before the wave's slot is freed
         end = max([t] + tw.vm[-1:] + (tw.lgkm and [max(tw.lgkm)] or []))
+        nd = self.vmem_need
+        for k in tw.vme:                    # the wave's end waits for what is still outstanding
+            if nd[k] < 0:
+                nd[k] = t
         tw.end = end
         s = tw.simd
         if self.simd_first[s] is not None:
@@ -704,3 +720,14 @@ def _wait_until(q, n, t):
 
 def _retire(q, n, t):
     q[:] = [c for c in q if c > t]
+
+
+def _retire_vm(tw, t):
+    """Drop the wave's VMEM ops complete by ``t`` (a prefix: vm is monotone) and their event indices."""
+    vm = tw.vm
+    k = 0
+    while k < len(vm) and vm[k] <= t:
+        k += 1
+    if k:
+        del vm[:k]
+        del tw.vme[:k]

@@ -9,7 +9,8 @@ each request by the share of its buffer that misses every on-chip level).  Memor
 bytes the sampled workgroups requested through VMEM, times n / simulated, over the aggregate L2
 bandwidth (8 x 2048 B/clock); ``bytes_hbm`` = the compulsory bytes (``[memory].touched_floor``: the
 distinct lines touched per buffer, extrapolated to the grid, capped at the buffer; off: every touched
-buffer whole), capped at ``bytes_l2``, over the sustained HBM bandwidth.  Not modelled: L2 capacity
+buffer whole), capped at ``bytes_l2``, less the written lines the MALL still holds at the end
+(``[memory].mall_writes``), over the sustained HBM bandwidth.  Not modelled: L2 capacity
 misses from the tile order (a workgroup order whose concurrent footprint exceeds 4 MB per XCD), lines
 shared with workgroups outside the sample (only the buffer's size caps them), clock ramp.
 """
@@ -57,7 +58,9 @@ def memory_record(cu, touched, *, n_wg: int, sampled: int, occupancy: int, sim_c
     misses every on-chip level is ``f_b = C_b / (R_b x n / sampled)``: a line that ``k`` workgroups of
     the grid read is fetched from HBM once and hit ``k - 1`` times (mean field: every CU sees the
     grid's average).  Per 128-cycle bin of issue time: load bytes x f (HBM reads) and store bytes x f
-    (writes, absorbed by the MALL)."""
+    (writes, into the MALL), and per bin the least slack of its ops that a wave waited for (cycles from
+    the op's return to the wave's first wait for it; -1: none); ``written_bytes``: the compulsory bytes
+    of the buffers the grid stores to."""
     ev_t, ev_b, ev_s, ev_r = cu.vmem_events
     t = np.asarray(ev_t, dtype=np.int64)
     nb = np.asarray(ev_b, dtype=np.float64)
@@ -68,26 +71,42 @@ def memory_record(cu, touched, *, n_wg: int, sampled: int, occupancy: int, sim_c
     scale = n_wg / max(1, sampled)
     f = {}
     compulsory = 0.0
+    written = 0.0           # the compulsory bytes of the buffers the grid stores to
     for k, n_lines in lines.items():
         req = float(nb[reg == k].sum())
         if req <= 0:
             continue
         c = min(float(regions[k][2]), n_lines * touched.LINE * scale)
         compulsory += c
+        if st[reg == k].any():
+            written += c
         f[k] = min(1.0, c / (req * scale))
     w = nb * np.array([f.get(int(k), 1.0) for k in reg], dtype=np.float64)
     nbin = int(sim_cycles) // bins + 1
     idx = np.minimum(t // bins, nbin - 1)
     read = np.bincount(idx[~st], weights=w[~st], minlength=nbin)
     write = np.bincount(idx[st], weights=w[st], minlength=nbin)
+    # per bin the least slack (cycles from an op's return to the first wave that waited for it) of the
+    # ops issued in it that some wave waited for; -1: none (gfx950emu.timing.memory: loaded latency)
+    done = np.asarray(getattr(cu, "vmem_done", []), dtype=np.int64)
+    need = np.asarray(getattr(cu, "vmem_need", []), dtype=np.int64)
+    slack = {}
+    for name, sel in (("read_slack", ~st), ("write_slack", st)):
+        out = np.full(nbin, np.iinfo(np.int64).max, dtype=np.int64)
+        if done.size == t.size:
+            m = sel & (need >= 0)
+            np.minimum.at(out, idx[m], np.maximum(0, need[m] - done[m]))
+        slack[name] = [int(x) if x != np.iinfo(np.int64).max else -1 for x in out]
     return {
         "bin_cycles": bins,
         "read_bytes": [int(round(x)) for x in read],
         "write_bytes": [int(round(x)) for x in write],
+        **slack,
         "last_read": int(t[~st].max()) if (~st).any() else 0,
         "last_write": int(t[st].max()) if st.any() else 0,
         "sim_cycles": int(sim_cycles),
         "compulsory_bytes": int(round(compulsory)),
+        "written_bytes": int(round(written)),
         "miss_share": {regions[k][0]: round(v, 5) for k, v in sorted(f.items())},
         "cus_with_work": int(min(n_wg, cus)),
         "concurrency": round(min(sampled, occupancy) / max(1, occupancy), 5),
@@ -146,6 +165,9 @@ def times(kern: dict, clock_ghz: float, p) -> dict:
     hbm_bytes = kern["bytes_buffers"]
     if rec and bool(p.memory_touched_floor):
         hbm_bytes = min(hbm_bytes, rec["compulsory_bytes"]) if hbm_bytes else rec["compulsory_bytes"]
+    if rec and rec.get("written_bytes"):     # written lines the MALL still holds at the end never reach HBM
+        hbm_bytes = max(0, hbm_bytes - (1.0 - _memory.spill_share(rec, p)) * rec["written_bytes"]) \
+            if bool(getattr(p, "memory_mall_writes", False)) else hbm_bytes
     hbm_bw = float(p.device_hbm_bytes_per_s) * float(p.memory_hbm_sustained_fraction)
     l2_bw = float(p.device_l2_bytes_per_clock_per_xcd) * int(p.device_xcds) * clk * 1e9
     mem_us = max(hbm_bytes / hbm_bw, kern["bytes_l2"] / l2_bw) * 1e6
