@@ -261,8 +261,10 @@ calibration.plot_residuals()
 # %% [markdown]
 # ## Mechanisms, each switched off in turn
 # Each row switches one mechanism of the model off (`gfx950.toml`: `[memory]` -- the CU's share of HBM
-# and MALL bandwidth as fluid queues, the compulsory-bytes floor from touched lines, the sustained HBM
-# fraction -- and `[power]` -- the power-limited clock, the per-round overhead) and re-evaluates PR #990's
+# and MALL bandwidth as fluid queues, their loaded latency (since 0.6.0 a wave that waits for an op the
+# queue serves late stalls the CU, and later requests issue later), the MALL holding at most its 256 MB
+# of the written lines (the rest written back to HBM, in the HBM queue and floor), the compulsory-bytes
+# floor from touched lines, the sustained HBM fraction -- and `[power]` -- the power-limited clock, the per-round overhead) and re-evaluates PR #990's
 # 12 points and the MoE validation ratios from the cached cycle results: at the full model's fitted
 # parameters (`fixed`) and with them fitted again without the mechanism (`refit`). The mechanisms inside
 # the cycle simulation (`[vmem].l1_cache`, `[vmem].l2_cache`, `[vmem].scalar_cache`, and the what-if `[lds].dma_contends`,
@@ -305,8 +307,9 @@ for shape in [None] + sorted(set(check["shape"])):
 # %% [markdown]
 # ## What the model leaves out, and where it misses
 # * Left out: instruction fetch / I-cache (hot loops fit), L2 / MALL / HBM as separate latencies (one
-#   latency beyond the vector L1; those levels enter as bandwidth shares), scratch (spill) accesses in the
-#   caches, TLB, VALU register-bank conflicts,
+#   latency beyond the CU's own lines; those levels enter as bandwidth shares), the HBM controller's
+#   arbitration between reads and written-back lines (one FIFO queue per CU share: a read waits behind
+#   the writes queued before it; no public source describes MI355X's), TLB, VALU register-bank conflicts,
 #   L2 capacity misses of the tile order, lines shared with workgroups outside the sample (only the
 #   buffer's size caps them), MoE workgroup imbalance beyond the first CU.
 # * Power: the clock is the `[power]` model's (a fitted reference clock scaled by the kernel's activity,
