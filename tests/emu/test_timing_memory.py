@@ -242,6 +242,8 @@ def test_scratch_goes_through_the_caches_at_its_swizzled_addresses():
     assert l2 < g[0] < l2 + 16 and hit < g[1] < hit + 16
     assert t["caches"]["vector_l1_loads"] == 2 and t["caches"]["vector_l1_hits"] == 1
     assert t["caches"]["l2_share_lookups"] == 2 and t["caches"]["l2_share_hits"] == 1
+    # private lines are no HBM traffic: the CU's memory queues get none of their bytes
+    assert sum(t["kernel"]["memory"]["read_bytes"]) == 0 == sum(t["kernel"]["memory"]["write_bytes"])
     two = run(grid=512, sample=2)["caches"]     # two workgroups on the CU: each its own slab, its own counts
     assert (two["l2_share_hits"], two["vector_l1_hits"]) == (2, 2)
     off = run({"vmem.l2_cache": False})

@@ -81,7 +81,11 @@ def memory_record(cu, touched, *, n_wg: int, sampled: int, occupancy: int, sim_c
         if st[reg == k].any():
             written += c
         f[k] = min(1.0, c / (req * scale))
-    w = nb * np.array([f.get(int(k), 1.0) for k in reg], dtype=np.float64)
+    # with a probe, an access outside the argument buffers (scratch: private lines the CU's caches hold,
+    # none of them in the compulsory bytes) weighs 0; without one every buffer is unknown (f = 1)
+    other = 0.0 if touched is not None else 1.0
+    arg = {k for k in range(len(regions)) if regions[k][0].startswith("arg")}
+    w = nb * np.array([f.get(int(k), 1.0 if k in arg else other) for k in reg], dtype=np.float64)
     nbin = int(sim_cycles) // bins + 1
     idx = np.minimum(t // bins, nbin - 1)
     read = np.bincount(idx[~st], weights=w[~st], minlength=nbin)
