@@ -4,7 +4,8 @@ chip's shared memory levels, kernel time = max(CU path, memory floor) + launch c
 Compute path: the simulated first CU (it receives ceil(n / 256) workgroups, the most of any CU, so it
 finishes last); when fewer workgroups than its share were simulated, its time is scaled by share /
 simulated.  CU memory path (``[memory].queues``, :mod:`gfx950emu.timing.memory`): the same CU with its
-HBM reads and MALL writes drained at its share of the chip's bandwidth (:func:`memory_record` weights
+HBM reads and MALL writes drained at its share of the chip's bandwidth, their lateness stalling the CU
+where a wave waited for them (``[memory].loaded_latency``) (:func:`memory_record` weights
 each request by the share of its buffer that misses every on-chip level).  Memory floor: ``bytes_l2`` =
 bytes the sampled workgroups requested through VMEM, times n / simulated, over the aggregate L2
 bandwidth (8 x 2048 B/clock); ``bytes_hbm`` = the compulsory bytes (``[memory].touched_floor``: the
@@ -92,15 +93,15 @@ def memory_record(cu, touched, *, n_wg: int, sampled: int, occupancy: int, sim_c
     write = np.bincount(idx[st], weights=w[st], minlength=nbin)
     # per bin the least slack (cycles from an op's return to the first wave that waited for it) of the
     # ops issued in it that some wave waited for; -1: none (gfx950emu.timing.memory: loaded latency)
-    done = np.asarray(getattr(cu, "vmem_done", []), dtype=np.int64)
-    need = np.asarray(getattr(cu, "vmem_need", []), dtype=np.int64)
+    done = np.asarray(cu.vmem_done, dtype=np.int64)
+    need = np.asarray(cu.vmem_need, dtype=np.int64)
+    none = np.iinfo(np.int64).max
     slack = {}
     for name, sel in (("read_slack", ~st), ("write_slack", st)):
-        out = np.full(nbin, np.iinfo(np.int64).max, dtype=np.int64)
-        if done.size == t.size:
-            m = sel & (need >= 0)
-            np.minimum.at(out, idx[m], np.maximum(0, need[m] - done[m]))
-        slack[name] = [int(x) if x != np.iinfo(np.int64).max else -1 for x in out]
+        out = np.full(nbin, none, dtype=np.int64)
+        m = sel & (need >= 0)
+        np.minimum.at(out, idx[m], np.maximum(0, need[m] - done[m]))
+        slack[name] = [int(x) if x != none else -1 for x in out]
     return {
         "bin_cycles": bins,
         "read_bytes": [int(round(x)) for x in read],
@@ -169,9 +170,9 @@ def times(kern: dict, clock_ghz: float, p) -> dict:
     hbm_bytes = kern["bytes_buffers"]
     if rec and bool(p.memory_touched_floor):
         hbm_bytes = min(hbm_bytes, rec["compulsory_bytes"]) if hbm_bytes else rec["compulsory_bytes"]
-    if rec and rec.get("written_bytes"):     # written lines the MALL still holds at the end never reach HBM
-        hbm_bytes = max(0, hbm_bytes - (1.0 - _memory.spill_share(rec, p)) * rec["written_bytes"]) \
-            if bool(getattr(p, "memory_mall_writes", False)) else hbm_bytes
+    if rec and bool(p.memory_mall_writes) and rec.get("written_bytes"):
+        # the written lines the MALL still holds at the end never reach HBM
+        hbm_bytes = max(0, hbm_bytes - (1.0 - _memory.spill_share(rec, p)) * rec["written_bytes"])
     hbm_bw = float(p.device_hbm_bytes_per_s) * float(p.memory_hbm_sustained_fraction)
     l2_bw = float(p.device_l2_bytes_per_clock_per_xcd) * int(p.device_xcds) * clk * 1e9
     mem_us = max(hbm_bytes / hbm_bw, kern["bytes_l2"] / l2_bw) * 1e6

@@ -17,7 +17,7 @@ size of the grid's written lines; the rest of each write joins the HBM queue (:f
 With ``[memory].loaded_latency`` (model 0.6.0) the queues feed back into the CU: a bin's ops that a wave
 waited for (the simulation records, per op, when a wave first waited for it) stall the CU when the
 queue serves them later than that, and every later bin issues that much later (:func:`replay_cycles`).
-Without it (model 0.5.0):  A fluid queue that starts empty drains its last byte at
+Without it (model 0.5.0): a fluid queue that starts empty drains its last byte at
 ``max_i (t_i + S_i / r)`` (``S_i``: bytes arriving at or after bin ``i``); the work after the stream's
 last request waits for it, so the CU path is ``sim_cycles + max(0, drain - end of the last request's
 bin)`` per queue (what drains within its own bin, the simulation's L2 path already served).
@@ -56,7 +56,7 @@ def spill_share(rec: dict, p) -> float:
     holds when the kernel ends.  0 with ``[memory].mall_writes`` off (model 0.5.0: every write at the
     MALL's rate, every written byte in the floor)."""
     wr = float(rec.get("written_bytes", 0))
-    if not bool(getattr(p, "memory_mall_writes", False)):
+    if not bool(p.memory_mall_writes):
         return 0.0
     return max(0.0, 1.0 - float(p.device_mall_bytes) / wr) if wr > 0 else 0.0
 
@@ -99,7 +99,7 @@ def cu_cycles(rec: dict, clock_ghz: float, p) -> float:
     with ``[memory].loaded_latency`` the replay of :func:`replay_cycles`, otherwise (model 0.5.0) the
     simulation plus what each queue drains past its last request's bin."""
     hbm, mall = rates(rec, clock_ghz, p)
-    if bool(getattr(p, "memory_loaded_latency", False)) and "read_slack" in rec:
+    if bool(p.memory_loaded_latency) and "read_slack" in rec:
         return replay_cycles(rec, hbm, mall, p)
     end = float(rec["sim_cycles"])
     extra = 0.0
